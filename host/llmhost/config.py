@@ -1,0 +1,112 @@
+"""Host configuration: pydantic models and TOML loading. Every error names the key (and the file)."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from . import policy
+
+
+def _kebab(name: str) -> str:
+    return name.replace("_", "-")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(alias_generator=_kebab, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class ModelConfig(_Section):
+    """One model. `path: None` means the embedded default (Gemma 3 270M from PyPI)."""
+
+    path: Path | None = None
+    context_length: int = Field(policy.DEFAULT_CONTEXT_LENGTH, ge=16)
+    n_gpu_layers: int = Field(0, ge=-1)  # -1 offloads every layer (CUDA build needed)
+    threads: int = Field(policy.DEFAULT_THREADS, ge=1)
+    batch_size: int = Field(policy.DEFAULT_BATCH_SIZE, ge=1)
+    slots: int = Field(4, ge=1, le=64)  # sequences that may be live in one context at once
+
+
+class LlamaCppEngineConfig(_Section):
+    kind: Literal["llama-cpp"] = "llama-cpp"
+
+
+class FakeEngineConfig(_Section):
+    """A deterministic engine for tests of host policy; it replays `script`."""
+
+    kind: Literal["fake"] = "fake"
+    script: str = "Hello from the fake engine."
+    context_length: int = 64
+
+
+EngineConfig = Annotated[LlamaCppEngineConfig | FakeEngineConfig, Field(discriminator="kind")]
+
+
+class SandboxConfig(_Section):
+    """What guests may reach. Everything is off by default: stdout/stderr only."""
+
+    env: dict[str, str] = Field(default_factory=dict)  # environment variables granted to guests
+    read_only_dir: Path | None = None  # preopened read-only at `guest-dir`
+    guest_dir: str = "/data"
+    inherit_network: bool = False
+    max_memory_mb: int = Field(512, ge=16)
+    timeout_s: float | None = Field(None, gt=0)  # wall-clock limit of one guest call (epoch interruption)
+
+
+def _default_models() -> dict[str, ModelConfig]:
+    return {policy.DEFAULT_MODEL: ModelConfig()}
+
+
+class HostConfig(_Section):
+    engine: EngineConfig = Field(default_factory=LlamaCppEngineConfig)
+    models: dict[str, ModelConfig] = Field(default_factory=_default_models)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    cache_dir: Path = Field(default_factory=lambda: default_cache_dir())
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("LLMHOST_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "llmhost"
+
+
+class ConfigError(Exception):
+    """A config file that cannot be used; the message names the file and the key."""
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        lines.append(f"{source}: `{key}`: {e['msg']}")
+    return "\n".join(lines)
+
+
+def load_config(path: Path | str) -> HostConfig:
+    """Read a TOML config; the default model stays available unless the file redefines it."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found (set --config / LLMHOST_CONFIG to an existing file)") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    models = data.get("models")
+    if isinstance(models, dict):
+        data["models"] = {policy.DEFAULT_MODEL: {}, **models}
+    try:
+        config = HostConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, str(path))) from None
+    # Relative model paths are relative to the config file, as a user reading the file expects.
+    fixed = {
+        name: m.model_copy(update={"path": path.parent / m.path}) if m.path and not m.path.is_absolute() else m
+        for name, m in config.models.items()
+    }
+    return config.model_copy(update={"models": fixed})

@@ -1,0 +1,60 @@
+"""The engine protocol every backend implements (llama.cpp, the deterministic fake, later remote ones)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol, runtime_checkable
+
+from ..types import (
+    EmbeddingsResult,
+    EngineError,
+    InferenceResult,
+    InferencingParams,
+    ModelInfo,
+    StreamChunk,
+    StreamDone,
+    StreamEvent,
+)
+
+
+@runtime_checkable
+class Generation(Protocol):
+    """A running generation: iterate to get chunks, then exactly one `StreamDone`. `close()` cancels it."""
+
+    def __iter__(self) -> Iterator[StreamEvent]: ...
+
+    def __next__(self) -> StreamEvent: ...
+
+    def close(self) -> None: ...
+
+
+class Engine(Protocol):
+    def model_names(self) -> list[str]: ...
+
+    def model_info(self, model: str) -> ModelInfo: ...
+
+    def tokenize(self, model: str, text: str) -> list[int]: ...
+
+    def stream(self, model: str, prompt: str, params: InferencingParams) -> Generation:
+        """Validate and start a generation. Raises `LlmError` for bad input before any token is generated."""
+        ...
+
+    def infer(self, model: str, prompt: str, params: InferencingParams) -> InferenceResult: ...
+
+    def embeddings(self, model: str, texts: list[str]) -> EmbeddingsResult: ...
+
+    def close(self) -> None: ...
+
+
+def collect(generation: Generation) -> InferenceResult:
+    """Run a generation to its end and gather its chunks into one result (what `infer` returns)."""
+    parts: list[str] = []
+    try:
+        for event in generation:
+            if isinstance(event, StreamChunk):
+                parts.append(event.text)
+            elif isinstance(event, StreamDone):
+                return InferenceResult(finish_reason=event.finish_reason, text="".join(parts), usage=event.usage)
+    finally:
+        generation.close()
+    raise EngineError("generation ended without a done event")

@@ -1,0 +1,110 @@
+"""A deterministic engine for fast unit tests of host policy (never the only test of a feature).
+
+Tokens are UTF-8 bytes (id = byte + 3; 1 = beginning of sequence, 2 = end of generation). A generation replays
+`script` byte by byte, then ends with end-of-generation. Stops, limits and usage go through the same
+`GenerationText` bookkeeping as the real backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .. import policy
+from ..types import (
+    EmbeddingsResult,
+    InferenceResult,
+    InferencingParams,
+    ModelInfo,
+    ModelNotSupported,
+    StreamDone,
+    StreamEvent,
+)
+from .base import collect
+from .generation import GenerationText
+
+BOS, EOG, BYTE_OFFSET = 1, 2, 3
+
+
+class FakeGeneration:
+    def __init__(self, script: bytes, state: GenerationText, context_length: int) -> None:
+        self._script = script
+        self._state = state
+        self._context_length = context_length
+        self._position = 0
+        self._done = False
+        self.closed = False
+
+    def __iter__(self) -> Iterator[StreamEvent]:
+        return self
+
+    def __next__(self) -> StreamEvent:
+        while not self._done and not self.closed:
+            if self._position < len(self._script):
+                byte = self._script[self._position : self._position + 1]
+                token, eog = byte[0] + BYTE_OFFSET, False
+            else:
+                byte, token, eog = b"", EOG, True
+            self._position += 1
+            used = self._state.prompt_token_count + len(self._state.token_ids) + 1
+            step = self._state.on_token(token, byte, end_of_generation=eog, context_full=used >= self._context_length)
+            if step.finish is not None:
+                self._done = True
+                self._pending_done = StreamDone(finish_reason=step.finish, usage=self._state.usage)
+            if step.chunk is not None:
+                return step.chunk
+            if self._done:
+                break
+        if self._done and not self.closed:
+            self.closed = True
+            return self._pending_done
+        raise StopIteration
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeEngine:
+    def __init__(
+        self,
+        models: tuple[str, ...] = (policy.DEFAULT_MODEL,),
+        script: str = "Hello from the fake engine.",
+        context_length: int = 64,
+    ) -> None:
+        self._models = models
+        self._script = script.encode()
+        self._context_length = context_length
+
+    def model_names(self) -> list[str]:
+        return list(self._models)
+
+    def _check(self, model: str) -> None:
+        if model not in self._models:
+            raise ModelNotSupported(f"model {model!r} is not configured; known models: {', '.join(self._models)}")
+
+    def model_info(self, model: str) -> ModelInfo:
+        self._check(model)
+        return ModelInfo(name=model, context_length=self._context_length, vocab_size=256 + BYTE_OFFSET)
+
+    def tokenize(self, model: str, text: str) -> list[int]:
+        self._check(model)
+        return [BOS] + [b + BYTE_OFFSET for b in text.encode()]
+
+    def stream(self, model: str, prompt: str, params: InferencingParams) -> FakeGeneration:
+        self._check(model)
+        policy.validate_params(params)
+        prompt_tokens = len(self.tokenize(model, prompt))
+        policy.check_prompt_fits(prompt_tokens, self._context_length)
+        state = GenerationText(params.stop, prompt_tokens, params.max_tokens)
+        return FakeGeneration(self._script, state, self._context_length)
+
+    def infer(self, model: str, prompt: str, params: InferencingParams) -> InferenceResult:
+        return collect(self.stream(model, prompt, params))
+
+    def embeddings(self, model: str, texts: list[str]) -> EmbeddingsResult:
+        self._check(model)
+        vectors = [[float(len(t)), float(sum(t.encode()) % 97)] for t in texts]
+        count = sum(len(self.tokenize(model, t)) for t in texts)
+        return EmbeddingsResult(embeddings=vectors, prompt_token_count=count)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,111 @@
+"""Backend-neutral bookkeeping of one generation: token pieces in, certain text chunks and a finish reason out.
+
+Every backend feeds each sampled token here, so stop handling, UTF-8 assembly, usage counting and finish
+reasons behave identically everywhere. Counting rule (documented in the WIT): every sampled token counts as
+generated, the end-of-generation token and the tokens that (partly) spelled a stop sequence included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..types import FinishReason, StreamChunk, Usage
+from .text import StopMatcher, Utf8Assembler
+
+
+@dataclass
+class Step:
+    """The outcome of one sampled token."""
+
+    chunk: StreamChunk | None = None
+    finish: FinishReason | None = None
+
+
+@dataclass
+class GenerationText:
+    stops: tuple[str, ...]
+    prompt_token_count: int
+    max_tokens: int | None
+    token_ids: list[int] = field(default_factory=list)
+    # token_text_end[i]: length of the generated text once token i's bytes were decoded (for exact rewinds).
+    token_text_end: list[int] = field(default_factory=list)
+    text_len: int = 0  # characters decoded so far (before stop cutting)
+    released: list[str] = field(default_factory=list)
+    released_len: int = 0
+    finish_reason: FinishReason | None = None
+    stopped_by_sequence: bool = False
+
+    def __post_init__(self) -> None:
+        self._utf8 = Utf8Assembler()
+        self._stops = StopMatcher(self.stops)
+        self._unreported: list[int] = []
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(prompt_token_count=self.prompt_token_count, generated_token_count=len(self.token_ids))
+
+    @property
+    def text(self) -> str:
+        return "".join(self.released)
+
+    def on_token(self, token_id: int, piece: bytes, *, end_of_generation: bool, context_full: bool) -> Step:
+        """Account for one sampled token. `context_full`: no room for another token after this one."""
+        if self.finish_reason is not None:
+            raise RuntimeError("token after the generation finished")
+        self.token_ids.append(token_id)
+        self._unreported.append(token_id)
+        if end_of_generation:
+            # The end-of-generation token's own text (e.g. "<end_of_turn>") is never part of the output.
+            self.token_text_end.append(self.text_len)
+            return self._finish(FinishReason.STOP)
+        decoded = self._utf8.push(piece)
+        self.text_len += len(decoded)
+        self.token_text_end.append(self.text_len)
+        scan = self._stops.push(decoded)
+        if scan.stopped:
+            self.stopped_by_sequence = True
+            return Step(self._release(scan.release), self._set_finish(FinishReason.STOP))
+        if self.max_tokens is not None and len(self.token_ids) >= self.max_tokens or context_full:
+            chunk_text = scan.release
+            tail = self._flush()
+            return Step(self._release(chunk_text + tail), self._set_finish(self._limit_reason()))
+        return Step(self._release(scan.release))
+
+    def _finish(self, reason: FinishReason) -> Step:
+        tail = self._flush()
+        if self.stopped_by_sequence:
+            reason = FinishReason.STOP
+        return Step(self._release(tail), self._set_finish(reason))
+
+    def _flush(self) -> str:
+        """End of input: release the held UTF-8 bytes and let the stop matcher decide on held text."""
+        out = ""
+        rest = self._utf8.finish()
+        if rest:
+            self.text_len += len(rest)
+            if self.token_text_end:
+                self.token_text_end[-1] = self.text_len
+            scan = self._stops.push(rest)
+            out += scan.release
+            if scan.stopped:
+                self.stopped_by_sequence = True
+                return out
+        scan = self._stops.finish()
+        if scan.stopped:
+            self.stopped_by_sequence = True
+        return out + scan.release
+
+    def _limit_reason(self) -> FinishReason:
+        return FinishReason.STOP if self.stopped_by_sequence else FinishReason.LENGTH
+
+    def _set_finish(self, reason: FinishReason) -> FinishReason:
+        self.finish_reason = reason
+        return reason
+
+    def _release(self, text: str) -> StreamChunk | None:
+        if not text:
+            return None
+        self.released.append(text)
+        self.released_len += len(text)
+        ids, self._unreported = tuple(self._unreported), []
+        return StreamChunk(text=text, token_ids=ids, usage=self.usage)

@@ -1,0 +1,102 @@
+"""Pure text logic of generation: incremental UTF-8 assembly and the stop-sequence matcher.
+
+Both are property-tested against brute-force references (tests/unit/engine/test_text.py).
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+class Utf8Assembler:
+    """Turns token byte pieces into text, never splitting a character across outputs.
+
+    A character whose bytes span several tokens is released when its last byte arrives. Bytes that can never
+    form a valid character become U+FFFD (the same text `bytes.decode("utf-8", "replace")` of the whole gives).
+    """
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push(self, piece: bytes) -> str:
+        return self._decoder.decode(piece)
+
+    def pending(self) -> bool:
+        """True while an incomplete character is held back."""
+        return bool(self._decoder.getstate()[0])
+
+    def finish(self) -> str:
+        """Release whatever is held (an incomplete character at the very end becomes U+FFFD)."""
+        return self._decoder.decode(b"", final=True)
+
+
+@dataclass(frozen=True)
+class StopScan:
+    """What a push into `StopMatcher` decided."""
+
+    release: str  # text now certain to be part of the output
+    stopped: bool  # a stop sequence matched and no earlier match is still possible
+
+
+class StopMatcher:
+    """Finds the earliest-starting occurrence of any stop string in a growing text, as early as it is certain.
+
+    Text is released only when no stop string can start inside it. When a stop string has matched at position p
+    but another could still match starting before p (the text ends with a proper prefix of it), the matcher waits.
+    The released text over the whole generation equals "the full text, cut at the earliest-starting match".
+    """
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        if any(s == "" for s in stops):
+            raise ValueError("empty stop string")
+        self._stops = tuple(dict.fromkeys(stops))
+        self._longest = max((len(s) for s in self._stops), default=0)
+        self._held = ""  # text not yet released: it may begin a stop string
+        self.stopped = False
+
+    @property
+    def held(self) -> str:
+        return self._held
+
+    def push(self, text: str) -> StopScan:
+        if self.stopped:
+            raise RuntimeError("push after a stop matched")
+        buf = self._held + text
+        if not self._stops:
+            self._held = ""
+            return StopScan(buf, False)
+        match = self._earliest_match(buf)
+        partial = self._earliest_partial(buf)
+        if match is not None and (partial is None or match <= partial):
+            self._held = ""
+            self.stopped = True
+            return StopScan(buf[:match], True)
+        keep_from = len(buf) if partial is None else partial
+        self._held = buf[keep_from:]
+        return StopScan(buf[:keep_from], False)
+
+    def finish(self) -> StopScan:
+        """No more text will come: partial matches can no longer complete."""
+        if self.stopped:
+            return StopScan("", True)
+        buf, self._held = self._held, ""
+        match = self._earliest_match(buf)
+        if match is not None:
+            self.stopped = True
+            return StopScan(buf[:match], True)
+        return StopScan(buf, False)
+
+    def _earliest_match(self, buf: str) -> int | None:
+        found = [i for i in (buf.find(s) for s in self._stops) if i >= 0]
+        return min(found) if found else None
+
+    def _earliest_partial(self, buf: str) -> int | None:
+        """Earliest position whose suffix is a proper prefix of some stop string (a match still possible)."""
+        n = len(buf)
+        for q in range(max(0, n - self._longest + 1), n):
+            tail = buf[q:]
+            if any(len(s) > len(tail) and s.startswith(tail) for s in self._stops):
+                return q
+        return None
