@@ -94,7 +94,9 @@ def load_config(path: Path | str) -> HostConfig:
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found (set --config / LLMHOST_CONFIG to an existing file)") from None
+        raise ConfigError(
+            f"{path}: config file not found (set --config / LLMHOST_CONFIG to an existing file)"
+        ) from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
     models = data.get("models")

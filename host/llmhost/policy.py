@@ -30,8 +30,7 @@ def validate_params(params: InferencingParams) -> InferencingParams:
         raise InvalidInput(f"top-k must be >= 0 (0 disables it), got {params.top_k}")
     if not 0 <= params.repeat_penalty_last_n_token_count <= U32_MAX:
         raise InvalidInput(
-            "repeat-penalty-last-n-token-count must be >= 0, "
-            f"got {params.repeat_penalty_last_n_token_count}"
+            f"repeat-penalty-last-n-token-count must be >= 0, got {params.repeat_penalty_last_n_token_count}"
         )
     if params.seed is not None and not 0 <= params.seed <= U64_MAX:
         raise InvalidInput(f"seed must be a u64, got {params.seed}")
@@ -39,7 +38,9 @@ def validate_params(params: InferencingParams) -> InferencingParams:
         raise InvalidInput(f"stop has {len(params.stop)} entries; at most {MAX_STOP_SEQUENCES} are allowed")
     for i, s in enumerate(params.stop):
         if s == "":
-            raise InvalidInput(f"stop[{i}] is an empty string; stop sequences must be 1 to {MAX_STOP_LENGTH} characters")
+            raise InvalidInput(
+                f"stop[{i}] is an empty string; stop sequences must be 1 to {MAX_STOP_LENGTH} characters"
+            )
         if len(s) > MAX_STOP_LENGTH:
             raise InvalidInput(f"stop[{i}] has {len(s)} characters; at most {MAX_STOP_LENGTH} are allowed")
     return params

@@ -78,22 +78,12 @@ class GenerationText:
         return Step(self._release(tail), self._set_finish(reason))
 
     def _flush(self) -> str:
-        """End of input: release the held UTF-8 bytes and let the stop matcher decide on held text."""
-        out = ""
-        rest = self._utf8.finish()
-        if rest:
-            self.text_len += len(rest)
-            if self.token_text_end:
-                self.token_text_end[-1] = self.text_len
-            scan = self._stops.push(rest)
-            out += scan.release
-            if scan.stopped:
-                self.stopped_by_sequence = True
-                return out
+        """End of input: drop an incomplete last character and let the stop matcher decide on held text."""
+        self._utf8.finish()
         scan = self._stops.finish()
         if scan.stopped:
             self.stopped_by_sequence = True
-        return out + scan.release
+        return scan.release
 
     def _limit_reason(self) -> FinishReason:
         return FinishReason.STOP if self.stopped_by_sequence else FinishReason.LENGTH

@@ -7,6 +7,7 @@ interleave safely. Continuous batching (several slots in one decode) extends `Ll
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import threading
@@ -300,10 +301,8 @@ class LlamaGeneration:
                 self._seq = None
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # at interpreter shutdown the library may be gone
             self.close()
-        except Exception:  # interpreter shutdown: the library may be gone
-            pass
 
 
 class LlamaCppEngine:

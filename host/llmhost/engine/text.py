@@ -14,7 +14,8 @@ class Utf8Assembler:
     """Turns token byte pieces into text, never splitting a character across outputs.
 
     A character whose bytes span several tokens is released when its last byte arrives. Bytes that can never
-    form a valid character become U+FFFD (the same text `bytes.decode("utf-8", "replace")` of the whole gives).
+    form a valid character become U+FFFD, as `bytes.decode("utf-8", "replace")` does. An incomplete character
+    at the very end (the token budget ran out inside it) is dropped rather than shown as U+FFFD.
     """
 
     def __init__(self) -> None:
@@ -28,8 +29,9 @@ class Utf8Assembler:
         return bool(self._decoder.getstate()[0])
 
     def finish(self) -> str:
-        """Release whatever is held (an incomplete character at the very end becomes U+FFFD)."""
-        return self._decoder.decode(b"", final=True)
+        """End of input: drop the bytes of an incomplete last character (there is nothing to release)."""
+        self._decoder.reset()
+        return ""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,81 @@
+# llmhost developer tasks. Every target is idempotent: a second run redoes only what changed.
+#
+#   make demo          build guest-examples/hello and run it against the default model
+#   make test          install, then lint (ruff), type-check (mypy) and run every test
+#   make test-fast     unit tests only
+#   make install       .venv with llama-cpp-python (CPU build, cached) and llmhost editable, with dev tools
+#   make install-cuda  the same with a CUDA build of llama-cpp-python (needs nvcc; then set
+#                      `n-gpu-layers = -1` in the model's config). Sticky: later `make install`/`make test` keep it
+#                      until `make install LLAMA_VARIANT=cpu`.
+#   make bench         benchmarks (bench/run.py; results go to docs/benchmarks.md)
+#   make lint | clean | distclean
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+# Guests built and compiled by the tests are cached here across runs (keyed by content, so reuse is safe).
+export LLMHOST_TEST_CACHE_DIR ?= $(HOME)/.cache/llmhost/test
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+
+# Which llama-cpp-python build the venv gets: cpu or cuda. Defaults to the one installed last.
+ifeq ($(origin LLAMA_VARIANT),undefined)
+LLAMA_VARIANT := $(shell cat $(VENV)/.llama-variant 2>/dev/null || echo cpu)
+endif
+# Redo the install when the dependencies or the llama.cpp build recipe change (or the variant does).
+STAMP := $(VENV)/.installed-$(LLAMA_VARIANT)
+
+.PHONY: help venv install install-cuda test test-fast lint demo bench clean distclean
+
+help:
+	@sed -n '/^#   make /,/^$$/s/^# \{0,1\}//p' Makefile
+
+$(PY):
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+	  { echo "llmhost needs Python >= 3.11; $(PYTHON) is older (try: make PYTHON=python3.11 ...)" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+venv: $(PY)
+
+# llama-cpp-python first (built once per flags into ~/.cache/llmhost/wheels, 7-9 min on 2 cores), so that the
+# editable install finds it satisfied and pip never compiles it with its default (-march=native) flags.
+$(STAMP): pyproject.toml setup.py scripts/llama-wheel.sh | $(PY)
+	bash scripts/llama-wheel.sh $(PY) $(LLAMA_VARIANT)
+	$(PY) -m pip install --quiet -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	echo $(LLAMA_VARIANT) > $(VENV)/.llama-variant
+	touch $@
+
+install: $(STAMP)
+
+install-cuda:
+	$(MAKE) install LLAMA_VARIANT=cuda
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy host/llmhost
+
+test: lint
+	$(BIN)/pytest -q tests
+
+test-fast: install
+	$(BIN)/pytest -q tests/unit
+
+demo: install
+	$(BIN)/llmhost build guest-examples/hello -o build/hello.wasm
+	$(BIN)/llmhost run build/hello.wasm -- "The capital of France is"
+
+bench: install
+	$(PY) bench/run.py
+
+clean:
+	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis host/*.egg-info *.egg-info
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+# Also removes the venv; the llama-cpp-python wheel cache in ~/.cache/llmhost/wheels stays.
+distclean: clean
+	rm -rf $(VENV)

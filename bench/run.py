@@ -1,0 +1,218 @@
+"""`make bench`: measure llmhost against its baselines in one run and write docs/benchmarks.md.
+
+Decode throughput, same model / prompt / greedy / 128 tokens, each timed from call to result (prefill included,
+a few tokens), median of ROUNDS rounds run interleaved so machine noise hits every variant alike:
+  (a) a bare llama_decode + greedy sampler loop (the ceiling),
+  (b) llama-cpp-python's Llama.create_completion,
+  (c) the llmhost engine called directly,
+  (d) a wasm guest calling `llm.infer` (timed inside the guest).
+Plus component instantiation (p50 of 20) and the second start of `llmhost run` (compiled component cached).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from llmhost import Host, HostConfig, InferencingParams
+from llmhost.build import build_component
+from llmhost.config import ModelConfig
+from llmhost.engine.llamacpp import llama_lib
+from llmhost.engine.models import default_model_path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = "gemma-3-270m"
+PROMPT = "Once upon a time, there was a dragon who"
+TOKENS = 128
+THREADS = int(os.environ.get("LLMHOST_BENCH_THREADS", "2"))
+N_GPU_LAYERS = int(os.environ.get("LLMHOST_BENCH_N_GPU_LAYERS", "0"))
+CONTEXT = 4096
+
+
+def bare_loop(model_path: Path) -> Callable[[], tuple[int, float]]:
+    """(a) llama.cpp with nothing around it: one context, decode one token per step, greedy."""
+    lib = llama_lib()
+    mparams = lib.llama_model_default_params()
+    mparams.n_gpu_layers = N_GPU_LAYERS if N_GPU_LAYERS >= 0 else 2**31 - 1
+    model = lib.llama_model_load_from_file(str(model_path).encode(), mparams)
+    cparams = lib.llama_context_default_params()
+    cparams.n_ctx, cparams.n_batch = CONTEXT, 512
+    cparams.n_threads = cparams.n_threads_batch = THREADS
+    ctx = lib.llama_init_from_model(model, cparams)
+    vocab = lib.llama_model_get_vocab(model)
+    data = PROMPT.encode()
+    buf = (lib.llama_token * (len(data) + 8))()
+    n_prompt = lib.llama_tokenize(vocab, data, len(data), buf, len(buf), True, True)
+    prompt = list(buf[:n_prompt])
+    batch = lib.llama_batch_init(512, 0, 1)
+    sampler = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
+    lib.llama_sampler_chain_add(sampler, lib.llama_sampler_init_greedy())
+
+    def fill(tokens: list[int], start: int) -> None:
+        for i, tok in enumerate(tokens):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, start + i, 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = int(i == len(tokens) - 1)
+        batch.n_tokens = len(tokens)
+
+    def run() -> tuple[int, float]:
+        lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
+        start = time.perf_counter()
+        fill(prompt, 0)
+        lib.llama_decode(ctx, batch)
+        for step in range(TOKENS):
+            tok = lib.llama_sampler_sample(sampler, ctx, -1)
+            if step == TOKENS - 1:
+                break
+            fill([tok], n_prompt + step)
+            lib.llama_decode(ctx, batch)
+        return TOKENS, time.perf_counter() - start
+
+    return run
+
+
+def create_completion(model_path: Path) -> Callable[[], tuple[int, float]]:
+    """(b) llama-cpp-python's high-level API."""
+    import llama_cpp
+
+    llm = llama_cpp.Llama(str(model_path), n_ctx=CONTEXT, n_threads=THREADS, n_gpu_layers=N_GPU_LAYERS, verbose=False)
+
+    def run() -> tuple[int, float]:
+        llm.reset()
+        start = time.perf_counter()
+        out = llm.create_completion(PROMPT, max_tokens=TOKENS, temperature=0.0, repeat_penalty=1.0, top_k=1)
+        return int(out["usage"]["completion_tokens"]), time.perf_counter() - start  # type: ignore[index]
+
+    return run
+
+
+GREEDY = InferencingParams(max_tokens=TOKENS, temperature=0.0, repeat_penalty=1.0, top_k=0, top_p=1.0)
+
+
+def engine_direct(host: Host) -> Callable[[], tuple[int, float]]:
+    """(c) the llmhost engine, no wasm."""
+
+    def run() -> tuple[int, float]:
+        start = time.perf_counter()
+        result = host.infer(MODEL, PROMPT, GREEDY)
+        return result.usage.generated_token_count, time.perf_counter() - start
+
+    return run
+
+
+def guest_infer(host: Host, wasm: Path) -> Callable[[], tuple[int, float]]:
+    """(d) a guest component calling llm.infer, timed inside the guest."""
+    app = host.load(wasm)
+
+    def run() -> tuple[int, float]:
+        done = app.run_captured(["infer", MODEL, str(TOKENS), PROMPT])
+        report = json.loads(done.stdout.decode().strip().splitlines()[-1])
+        return int(report["generated"]), float(report["seconds"])
+
+    return run
+
+
+def instantiate_p50(host: Host, wasm: Path, n: int = 20) -> float:
+    app = host.load(wasm)
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        app.instantiate()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def second_start(wasm: Path, env: dict[str, str]) -> float:
+    """Wall time of a whole `llmhost run APP -- noop` process once the compiled component is cached."""
+    cmd = [str(Path(sys.executable).with_name("llmhost")), "run", str(wasm), "--", "noop"]
+    subprocess.run(cmd, check=True, env=env, capture_output=True)  # warm the cache (and the page cache)
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True, env=env, capture_output=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    args = parser.parse_args()
+
+    config = HostConfig(models={MODEL: ModelConfig(threads=THREADS, n_gpu_layers=N_GPU_LAYERS, context_length=CONTEXT)})
+    model_path = default_model_path(config.cache_dir)
+    wasm = config.cache_dir / "bench" / "bench-guest.wasm"
+    build_component(ROOT / "bench" / "guest", wasm)
+    host = Host(config)
+    variants: dict[str, Callable[[], tuple[int, float]]] = {
+        "(a) bare llama_decode loop": bare_loop(model_path),
+        "(b) llama-cpp-python create_completion": create_completion(model_path),
+        "(c) llmhost engine (Python API)": engine_direct(host),
+        "(d) wasm guest calling llm.infer": guest_infer(host, wasm),
+    }
+    rates: dict[str, list[float]] = {name: [] for name in variants}
+    counts: dict[str, int] = {}
+    for fn in variants.values():  # warm-up: first decode allocates buffers
+        fn()
+    for round_index in range(args.rounds):
+        for name, fn in variants.items():
+            generated, seconds = fn()
+            counts[name] = generated
+            rates[name].append(generated / seconds)
+            print(
+                f"round {round_index + 1}: {name}: {generated} tokens, {generated / seconds:.1f} tok/s", file=sys.stderr
+            )
+    median = {name: statistics.median(r) for name, r in rates.items()}
+    ceiling = median["(a) bare llama_decode loop"]
+    inst = instantiate_p50(host, wasm)
+    env = dict(os.environ, LLMHOST_CACHE_DIR=str(config.cache_dir))
+    restart = second_start(wasm, env)
+    host.close()
+
+    lines = [
+        "# Benchmarks",
+        "",
+        "Written by `make bench` (bench/run.py); every number below comes from one run on the machine named.",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} "
+        f"{platform.python_version()}; model {MODEL} (Gemma 3 270M Q4_K_M), threads {THREADS}, "
+        f"n-gpu-layers {N_GPU_LAYERS}, context {CONTEXT}; prompt {PROMPT!r}, greedy, {TOKENS} tokens; "
+        f"median of {args.rounds} interleaved rounds, call to result (prefill included).",
+        "",
+        "## Decode throughput",
+        "",
+        "| variant | tokens | tokens/s | ÷ (a) |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for name in variants:
+        lines.append(f"| {name} | {counts[name]} | {median[name]:.1f} | {median[name] / ceiling:.3f} |")
+    target = median["(d) wasm guest calling llm.infer"] / ceiling
+    lines += [
+        "",
+        f"Target (d)/(a) ≥ 0.95: **{target:.3f}** ({'met' if target >= 0.95 else 'NOT met'}).",
+        "",
+        "## Components",
+        "",
+        "| measure | value | target |",
+        "| --- | ---: | ---: |",
+        f"| instantiate a component (p50 of 20) | {inst * 1000:.1f} ms | ≤ 10 ms |",
+        f"| second start: whole `llmhost run APP -- noop` process, compiled component cached | {restart:.2f} s | |",
+        "",
+    ]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

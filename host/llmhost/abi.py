@@ -1,0 +1,241 @@
+"""The only module that knows wasmtime-py's dynamic component values.
+
+WIT records are `wasmtime.component.Record` objects whose attributes are the WIT field names as written
+(kebab-case: `getattr(rec, "max-tokens")`), enums are plain strings, options are `None` or the value, and
+`result`/`variant` values are either the bare payload or `Variant(tag, payload)` depending on whether
+wasmtime-py "tags" the type (see `ResultEncoder`). Everything else in the host works with `llmhost.types`.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from wasmtime import Engine
+from wasmtime.component import (
+    Component,
+    ComponentInstanceType,
+    FuncType,
+    Record,
+    ResultType,
+    ValType,
+    Variant,
+    VariantType,
+)
+
+from . import policy
+from .types import EmbeddingsResult, InferenceResult, InferencingParams, LlmError, ModelInfo, Usage
+
+_log = logging.getLogger(__name__)
+
+# WIT field name -> `InferencingParams` attribute, in WIT order.
+_PARAM_FIELDS = {
+    "max-tokens": "max_tokens",
+    "repeat-penalty": "repeat_penalty",
+    "repeat-penalty-last-n-token-count": "repeat_penalty_last_n_token_count",
+    "stop": "stop",
+    "temperature": "temperature",
+    "top-k": "top_k",
+    "top-p": "top_p",
+    "seed": "seed",
+}
+
+
+def params_from_wit(record: Any | None) -> InferencingParams:
+    """`option<inferencing-params>` -> params; `none` means the documented defaults."""
+    if record is None:
+        return policy.DEFAULT_PARAMS
+    values = {attr: getattr(record, wit_name) for wit_name, attr in _PARAM_FIELDS.items()}
+    values["stop"] = tuple(values["stop"])
+    for name in ("repeat_penalty", "temperature", "top_p"):
+        values[name] = _shortest_f32(values[name])
+    # model_construct: the WIT types already guarantee the shapes. Ranges (NaN included) are checked later by
+    # `policy.validate_params`, which reports them as `invalid-input` naming the field.
+    return InferencingParams.model_construct(**values)
+
+
+def _shortest_f32(value: float) -> float:
+    """The shortest decimal with the same f32 value: a guest's 0.8 arrives as 0.800000011920929, and messages,
+    logs and equality checks should see 0.8, as the guest wrote it."""
+    try:
+        exact = struct.pack("<f", value)
+    except OverflowError:  # not an f32 at all (only possible from Python callers)
+        return value
+    for digits in range(1, 10):
+        candidate = float(f"{value:.{digits}g}")
+        try:
+            if struct.pack("<f", candidate) == exact:
+                return candidate
+        except OverflowError:  # rounding near the largest f32 can step past it
+            continue
+    return value  # NaN payloads and the like: keep as is (validation rejects NaN anyway)
+
+
+def params_to_wit(params: InferencingParams) -> Record:
+    """The inverse of `params_from_wit` (used by tests and by host-side callers of guest exports)."""
+    values = {wit_name: getattr(params, attr) for wit_name, attr in _PARAM_FIELDS.items()}
+    values["stop"] = list(values["stop"])
+    return _record(values)
+
+
+def _record(fields: Mapping[str, Any]) -> Record:
+    record = Record()
+    for name, value in fields.items():
+        setattr(record, name, value)
+    return record
+
+
+def _u32(value: int, what: str) -> int:
+    # An out-of-range integer would fail inside wasmtime's lowering, after our error handling, and trap the
+    # guest; checking here turns an engine bug into a `runtime-error` instead.
+    if not 0 <= value <= policy.U32_MAX:
+        raise ValueError(f"{what} {value} does not fit in a u32")
+    return value
+
+
+def _string(value: str) -> str:
+    # Lone surrogates cannot be lowered to a WIT string (same reason as `_u32`); raises UnicodeEncodeError.
+    value.encode("utf-8")
+    return value
+
+
+def _safe_string(value: str) -> str:
+    """For error messages, which must always lower: replace what cannot be encoded instead of raising."""
+    return value.encode("utf-8", "replace").decode("utf-8")
+
+
+def usage_to_wit(usage: Usage) -> Record:
+    return _record(
+        {
+            "prompt-token-count": _u32(usage.prompt_token_count, "prompt-token-count"),
+            "generated-token-count": _u32(usage.generated_token_count, "generated-token-count"),
+        }
+    )
+
+
+def inference_result_to_wit(result: InferenceResult) -> Record:
+    return _record(
+        {
+            "finish-reason": result.finish_reason.value,
+            "text": _string(result.text),
+            "usage": usage_to_wit(result.usage),
+        }
+    )
+
+
+def tokens_to_wit(tokens: Iterable[int]) -> list[int]:
+    return [_u32(t, "token id") for t in tokens]
+
+
+def model_info_to_wit(info: ModelInfo) -> Record:
+    return _record(
+        {
+            "name": _string(info.name),
+            "context-length": _u32(info.context_length, "context-length"),
+            "vocab-size": _u32(info.vocab_size, "vocab-size"),
+        }
+    )
+
+
+def embeddings_to_wit(result: EmbeddingsResult) -> Record:
+    usage = _record({"prompt-token-count": _u32(result.prompt_token_count, "prompt-token-count")})
+    return _record({"embeddings": [[float(x) for x in vector] for vector in result.embeddings], "usage": usage})
+
+
+@dataclass(frozen=True)
+class ErrorEncoder:
+    """Builds values of the WIT `error` variant from `LlmError`s.
+
+    `cases` maps each case name to whether it carries a payload (the message), as the WIT type says.
+    """
+
+    cases: Mapping[str, bool] = field(
+        default_factory=lambda: {"model-not-supported": False, "runtime-error": True, "invalid-input": True}
+    )
+
+    @classmethod
+    def from_wit(cls, error_type: ValType) -> ErrorEncoder:
+        if not isinstance(error_type, VariantType) or not error_type._tagged():
+            # An untagged variant would be picked by the payload's Python class, which cannot tell two string
+            # cases apart: refuse at link time rather than send the wrong case.
+            raise TypeError("the WIT `error` type must be a variant with string payloads")
+        return cls({name: payload is not None for name, payload in error_type.cases})
+
+    def encode(self, error: LlmError) -> Variant:
+        kind = error.kind if error.kind in self.cases else "runtime-error"
+        if self.cases[kind]:
+            return Variant(kind, _safe_string(error.message))
+        return Variant(kind)
+
+
+@dataclass(frozen=True)
+class ResultEncoder:
+    """Builds values of one function's `result<T, error>` type.
+
+    wasmtime-py lowers a result by looking at the Python class of the value when the `ok` and `err` cases hold
+    different classes (e.g. a `Record` vs a `Variant`), and needs `Variant("ok"|"err", payload)` when they
+    could hold the same class ("tagged"). Which one applies is read from the function's real WIT type.
+    """
+
+    tagged: bool
+    errors: ErrorEncoder = field(default_factory=ErrorEncoder)
+
+    @classmethod
+    def from_wit(cls, result_type: ValType | None) -> ResultEncoder:
+        if not isinstance(result_type, ResultType) or result_type.err is None:
+            raise TypeError("expected a function returning result<T, error>")
+        # `_tagged()` is private API of wasmtime-py: it is the exact rule its lowering uses, and the version is
+        # pinned (wasmtime==50.0.1); tests/unit/test_abi.py and the guest tests fail loudly if it changes.
+        return cls(tagged=result_type._tagged(), errors=ErrorEncoder.from_wit(result_type.err))
+
+    def ok(self, payload: Any) -> Any:
+        return Variant("ok", payload) if self.tagged else payload
+
+    def err(self, error: LlmError) -> Any:
+        value = self.errors.encode(error)
+        return Variant("err", value) if self.tagged else value
+
+
+def error_tag_and_message(value: Any) -> tuple[str, str | None]:
+    """Read a WIT `error` value (as wasmtime-py lifts it) back: (case name, message or None)."""
+    if isinstance(value, Variant) and value.tag == "err":
+        value = value.payload
+    if not isinstance(value, Variant):
+        raise TypeError(f"not a WIT error variant: {value!r}")
+    return value.tag, value.payload
+
+
+def imported_functions(component: Component, engine: Engine, interface: str) -> dict[str, FuncType]:
+    """The functions of `interface` that `component` imports, with their WIT types (empty if not imported)."""
+    imports = component.type.imports(engine)
+    if interface not in imports:
+        return {}
+    instance_type = imports[interface].ty
+    if not isinstance(instance_type, ComponentInstanceType):
+        return {}
+    exports = instance_type.exports(engine)
+    return {name: item.ty for name, item in exports.items() if isinstance(item.ty, FuncType)}
+
+
+def guarded(function: Callable[..., Any], to_wit: Callable[[Any], Any], encoder: ResultEncoder) -> Callable[..., Any]:
+    """Wrap a domain function as a host function (`fn(store, *wit_args)`) that never raises.
+
+    A Python exception escaping a host function traps the guest, so expected failures (`LlmError`) become the
+    WIT `err` value, and anything else becomes `runtime-error` with the message and is logged with its
+    traceback, since it is a host bug.
+    """
+
+    def host_function(_store: Any, *args: Any) -> Any:
+        try:
+            return encoder.ok(to_wit(function(*args)))
+        except LlmError as error:
+            return encoder.err(error)
+        except Exception as error:  # every failure must become a value, not a trap
+            message = f"internal host error: {type(error).__name__}: {error}"
+            _log.exception("%s", message)
+            return encoder.err(LlmError(message))
+
+    return host_function

@@ -1,0 +1,302 @@
+"""The public Python API: a `Host` (config, engine, compiled-component cache) and the `App`s it loads.
+
+with Host(load_config("llmhost.toml")) as host:
+    app = host.load("hello.wasm")
+    exit_code = app.run(["The capital of France is"])
+    result = host.infer("gemma-3-270m", "Hello", InferencingParams(max_tokens=8))
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from wasmtime import Engine as WasmEngine
+from wasmtime import Store, WasmtimeError
+from wasmtime.component import Component, FuncType, Instance, Linker
+
+from . import policy
+from .config import HostConfig
+from .engine.base import Engine
+from .interfaces.llm import INTERFACE as LLM_INTERFACE
+from .interfaces.llm import LlmService
+from .runtime.components import ComponentCache, LoadedComponent, create_wasmtime_engine, stderr_note
+from .runtime.linker import build_linker
+from .runtime.sandbox import CapturedOutput, EpochTicker, OutputSink, new_store, sandbox_problems
+from .types import EmbeddingsResult, InferenceResult, InferencingParams, ModelInfo
+
+RUN_EXPORT = "run"
+# Imports the host satisfies: WASI 0.2 (any minor version wasmtime supports) and the llm interface.
+PROVIDED_IMPORT_PREFIXES = ("wasi:",)
+
+
+class HostError(Exception):
+    """A failure the CLI reports as one line (no traceback)."""
+
+
+class LoadError(HostError):
+    """The file is not a component this host can run."""
+
+
+class GuestTrap(HostError):
+    """The guest trapped (e.g. an uncaught exception in a Python guest). The host stays usable."""
+
+    def __init__(self, message: str, details: str = "") -> None:
+        super().__init__(message)
+        self.details = details  # wasmtime's full message, with the wasm backtrace
+        # What the guest wrote before trapping, when `App.run_captured` collected it.
+        self.stdout = b""
+        self.stderr = b""
+
+
+class GuestTimeout(GuestTrap):
+    """The guest ran past `sandbox.timeout-s`."""
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    """A configured model, as the config describes it (listing models loads none of them)."""
+
+    name: str
+    context_length: int
+    path: Path | None  # None: the built-in default model
+
+
+@dataclass(frozen=True)
+class CompletedRun:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+
+
+class Host:
+    """Runs components against one engine. Create one per process and reuse it: it caches compiled code.
+
+    `engine` defaults to the one `config.engine` names, created on first use (loading models is slow) and closed
+    by `close()`; an engine passed in stays the caller's to close. `note` receives one-line progress messages
+    (default: stderr). Apps of one Host may run on several threads at once (each run has its own store).
+    """
+
+    def __init__(
+        self,
+        config: HostConfig | None = None,
+        engine: Engine | None = None,
+        *,
+        note: Callable[[str], None] = stderr_note,
+    ) -> None:
+        self.config = config if config is not None else HostConfig()
+        self._engine = engine
+        self._owns_engine = engine is None  # close only an engine this Host created
+        self._note = note
+        self._lock = threading.Lock()
+        self._wasm_engine: WasmEngine | None = None
+        self._components: ComponentCache | None = None
+        self._ticker: EpochTicker | None = None
+        self._closed = False
+        self._llm = LlmService(self._get_engine)
+
+    # -- engine and wasmtime, created on first use ------------------------------------------------------
+
+    @property
+    def engine(self) -> Engine:
+        return self._get_engine()
+
+    def _get_engine(self) -> Engine:
+        with self._lock:
+            self._check_open()
+            if self._engine is None:
+                from .engine.registry import create_engine
+
+                self._engine = create_engine(self.config)
+            return self._engine
+
+    def _wasm(self) -> tuple[WasmEngine, ComponentCache]:
+        with self._lock:
+            self._check_open()
+            if self._wasm_engine is None or self._components is None:
+                self._wasm_engine = create_wasmtime_engine()
+                self._components = ComponentCache(
+                    self._wasm_engine, self.config.cache_dir / "components", note=self._note
+                )
+                if self.config.sandbox.timeout_s is not None:
+                    self._ticker = EpochTicker(self._wasm_engine)
+            return self._wasm_engine, self._components
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise HostError("this Host is closed")
+
+    # -- components -------------------------------------------------------------------------------------
+
+    def load(self, path: str | Path, *, allowed_models: Iterable[str] | None = None) -> App:
+        """Load (compiling on first use) a component of the `command` world.
+
+        `allowed_models`: the models this component may use (None: every configured model).
+        """
+        path = Path(path)
+        problems = sandbox_problems(self.config.sandbox)
+        if problems:
+            raise HostError("; ".join(problems))
+        if not path.is_file():
+            raise LoadError(f"{path}: no such file (build one with `llmhost build DIR -o {path.name}`)")
+        wasm_engine, components = self._wasm()
+        try:
+            loaded = components.load(path)
+        except WasmtimeError as error:
+            raise LoadError(f"{path}: not a valid WebAssembly component: {_cause(str(error))}") from None
+        _check_component(path, loaded.component, wasm_engine)
+        allowed = frozenset(allowed_models) if allowed_models is not None else None
+        linker = build_linker(wasm_engine, loaded.component, self._llm.restricted_to(allowed))
+        return App(self, path, loaded, linker)
+
+    # -- the llm interface, for host-side callers ---------------------------------------------------------
+
+    def infer(self, model: str, prompt: str, params: InferencingParams | None = None) -> InferenceResult:
+        return self._llm.infer(model, prompt, params if params is not None else policy.DEFAULT_PARAMS)
+
+    def tokenize(self, model: str, text: str) -> list[int]:
+        return self._llm.tokenize(model, text)
+
+    def model_info(self, model: str) -> ModelInfo:
+        return self._llm.model_info(model)
+
+    def embeddings(self, model: str, texts: list[str]) -> EmbeddingsResult:
+        return self._llm.embeddings(model, texts)
+
+    def models(self) -> list[ModelSummary]:
+        return [
+            ModelSummary(name=name, context_length=model.context_length, path=model.path)
+            for name, model in self.config.models.items()
+        ]
+
+    # -- lifetime -----------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            ticker, engine = self._ticker, self._engine if self._owns_engine else None
+            self._ticker = None
+        if ticker is not None:
+            ticker.stop()
+        if engine is not None:
+            engine.close()
+
+    def __enter__(self) -> Host:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class App:
+    """One loaded component. Every `run` gets a fresh store and instance: runs share no guest state."""
+
+    def __init__(self, host: Host, path: Path, loaded: LoadedComponent, linker: Linker) -> None:
+        self.host = host
+        self.path = path
+        self.name = path.name
+        self.compiled = loaded.compiled  # whether loading it compiled (False: served from the cache)
+        self.cache_file = loaded.cache_file
+        self._component: Component = loaded.component
+        self._linker = linker
+
+    def instantiate(
+        self,
+        args: Sequence[str] = (),
+        *,
+        stdout: CapturedOutput | None = None,
+        stderr: CapturedOutput | None = None,
+    ) -> tuple[Store, Instance]:
+        """A fresh sandboxed store and instance of this component (what every `run` starts with)."""
+        wasm_engine, _ = self.host._wasm()
+        store = new_store(wasm_engine, self.host.config.sandbox, [self.name, *args], stdout, stderr)
+        try:
+            return store, self._linker.instantiate(store, self._component)
+        except WasmtimeError as error:
+            raise LoadError(f"{self.name} cannot be instantiated on this host: {_cause(str(error))}") from None
+
+    def run(self, args: Sequence[str], *, stdout: OutputSink | None = None, stderr: OutputSink | None = None) -> int:
+        """Call the guest's `run(args)` in a fresh instance and return its exit status.
+
+        The guest's stdout/stderr go to this process's file descriptors 1 and 2, or, when `stdout`/`stderr`
+        callbacks are given, to them, once, when the run ends (trap included). Raises `GuestTrap` (or
+        `GuestTimeout`) when the guest traps.
+        """
+        args = list(args)
+        captured = [CapturedOutput(sink) if sink is not None else None for sink in (stdout, stderr)]
+        try:
+            store, instance = self.instantiate(args, stdout=captured[0], stderr=captured[1])
+            run = instance.get_func(store, RUN_EXPORT)
+            if run is None:  # checked at load; kept for a clear message should it ever happen
+                raise LoadError(f"{self.name} does not export `{RUN_EXPORT}`")
+            try:
+                exit_code = run(store, args)
+                run.post_return(store)
+            except WasmtimeError as error:
+                raise self._trap(str(error)) from None
+            return int(exit_code)
+        finally:
+            for output in captured:
+                if output is not None:
+                    output.deliver()
+
+    def run_captured(self, args: Sequence[str]) -> CompletedRun:
+        """`run`, collecting the guest's stdout and stderr instead of passing them through."""
+        out: list[bytes] = []
+        err: list[bytes] = []
+        try:
+            exit_code = self.run(args, stdout=out.append, stderr=err.append)
+        except GuestTrap as trap:
+            trap.stdout, trap.stderr = b"".join(out), b"".join(err)
+            raise
+        return CompletedRun(exit_code, b"".join(out), b"".join(err))
+
+    def _trap(self, message: str) -> GuestTrap:
+        cause = _cause(message)
+        if "wasm trap: interrupt" in cause:
+            limit = self.host.config.sandbox.timeout_s
+            return GuestTimeout(
+                f"{self.name} ran past its time limit of {limit} s (raise `sandbox.timeout-s` in the config)",
+                message,
+            )
+        hint = ""
+        if "unreachable" in cause:
+            hint = " (usually an uncaught exception in the guest; its traceback is on the guest's stderr)"
+        return GuestTrap(f"{self.name} trapped: {cause}{hint}", message)
+
+
+def _cause(message: str) -> str:
+    """The root cause of a wasmtime error: the last line after "Caused by:", without the wasm backtrace."""
+    _, _, tail = message.rpartition("Caused by:")
+    lines = [line.strip() for line in (tail or message).strip().splitlines() if line.strip()]
+    if not lines:
+        return message.strip()
+    # Nested causes are numbered ("0: ...", "1: ..."); keep them all on one line.
+    return "; ".join(line.split(": ", 1)[1] if line[:1].isdigit() and ": " in line else line for line in lines)
+
+
+def _check_component(path: Path, component: Component, engine: WasmEngine) -> None:
+    """Fail at load, with a message naming the fix, for components that could never run here."""
+    exports = component.type.exports(engine)
+    if RUN_EXPORT not in exports or not isinstance(exports[RUN_EXPORT].ty, FuncType):
+        raise LoadError(
+            f"{path}: the component does not export `{RUN_EXPORT}` (it must target the `command` world of "
+            "wit/llm.wit; build it with `llmhost build`)"
+        )
+    unknown = [
+        name
+        for name in component.type.imports(engine)
+        if name != LLM_INTERFACE and not name.startswith(PROVIDED_IMPORT_PREFIXES)
+    ]
+    if unknown:
+        raise LoadError(
+            f"{path}: the component imports {', '.join(unknown)}, which this host does not provide "
+            f"(it provides WASI 0.2 and {LLM_INTERFACE})"
+        )

@@ -1,0 +1,232 @@
+"""The `llmhost` command. Results go to stdout, diagnostics to stderr; expected failures exit 2 with one line.
+
+Nothing heavy is imported at module level (no wasmtime, no llama.cpp), so `llmhost --help` stays fast: each
+command imports what it needs.
+"""
+
+from __future__ import annotations
+
+import functools
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+if TYPE_CHECKING:
+    from .api import Host
+    from .config import HostConfig
+
+EXIT_EXPECTED_ERROR = 2
+# Exceptions that are the user's to fix, by module: reported in one line, never with a traceback.
+EXPECTED_ERRORS = {
+    "llmhost.config": ("ConfigError",),
+    "llmhost.types": ("LlmError",),
+    "llmhost.api": ("HostError",),
+    "llmhost.build": ("BuildError",),
+}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llmhost")
+    except PackageNotFoundError:
+        return "0+unknown (not installed)"
+
+
+def _is_expected(error: BaseException) -> bool:
+    # Look the classes up only in modules already imported: an error of a module never imported cannot occur.
+    for module_name, class_names in EXPECTED_ERRORS.items():
+        module = sys.modules.get(module_name)
+        if module is not None and isinstance(error, tuple(getattr(module, name) for name in class_names)):
+            return True
+    return isinstance(error, OSError)
+
+
+def _describe(error: BaseException) -> str:
+    kind = getattr(error, "kind", None)  # LlmError: name the WIT error case, as a guest would see it
+    message = str(error) or type(error).__name__
+    return f"{kind}: {message}" if isinstance(kind, str) else message
+
+
+def reports_errors(command: F) -> F:
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except Exception as error:
+            if not _is_expected(error):
+                raise
+            click.echo(f"llmhost: error: {_describe(error)}", err=True)
+            sys.exit(EXIT_EXPECTED_ERROR)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Settings:
+    config_path: Path | None
+    cache_dir: Path | None
+
+    def config(self) -> HostConfig:
+        from .config import HostConfig, load_config
+
+        config = load_config(self.config_path) if self.config_path is not None else HostConfig()
+        if self.cache_dir is not None:
+            config = config.model_copy(update={"cache_dir": self.cache_dir})
+        return config
+
+    def host(self) -> Host:
+        from .api import Host
+
+        return Host(self.config())
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--config",
+    "-c",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="LLMHOST_CONFIG",
+    show_envvar=True,
+    help="Host config (TOML): models, engine, sandbox grants, cache dir. Default: built-in defaults.",
+)
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="LLMHOST_CACHE_DIR",
+    show_envvar=True,
+    help="Where compiled components, built guests and models are cached (overrides the config's `cache-dir`).",
+)
+@click.version_option(version=_version(), prog_name="llmhost")
+@click.pass_context
+def cli(ctx: click.Context, config_path: Path | None, cache_dir: Path | None) -> None:
+    """Run sandboxed WebAssembly components that use an LLM served by this host."""
+    ctx.obj = Settings(config_path, cache_dir)
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("app", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_obj
+@reports_errors
+def run(settings: Settings, app: Path, args: tuple[str, ...]) -> None:
+    """Run APP.wasm's `run` export with ARGS and exit with its status.
+
+    Put `--` before ARGS that start with a dash: llmhost run app.wasm -- --verbose
+    """
+    # A guest computing in wasm never returns to Python's eval loop, where a KeyboardInterrupt would be raised:
+    # let Ctrl-C end the process the plain way instead of being ignored until the guest returns.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    guest_args = list(args)
+    if guest_args[:1] == ["--"]:  # click keeps the separator once positional parsing has begun
+        guest_args = guest_args[1:]
+    with settings.host() as host:
+        exit_code = host.load(app).run(guest_args)
+    sys.exit(exit_code)
+
+
+@cli.command()
+@click.argument("app_dir", metavar="DIR", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    envvar="LLMHOST_BUILD_OUTPUT",
+    show_envvar=True,
+    help="The component to write, e.g. app.wasm.",
+)
+@click.pass_obj
+@reports_errors
+def build(settings: Settings, app_dir: Path, output: Path) -> None:
+    """Build the Python guest in DIR (DIR/app.py) into a component with componentize-py."""
+    from .build import build_component
+
+    config = settings.config()
+    built = build_component(app_dir, output, cache_dir=config.cache_dir, note=_note)
+    click.echo(str(built))
+
+
+@cli.command()
+@click.pass_obj
+@reports_errors
+def models(settings: Settings) -> None:
+    """List the configured models: name, context length, file."""
+    from .api import Host
+
+    with Host(settings.config()) as host:
+        summaries = host.models()
+    width = max([len("NAME"), *(len(m.name) for m in summaries)])
+    click.echo(f"{'NAME':<{width}}  {'CONTEXT':>7}  PATH")
+    for model in summaries:
+        path = str(model.path) if model.path is not None else "(built-in default)"
+        click.echo(f"{model.name:<{width}}  {model.context_length:>7}  {path}")
+
+
+@cli.command()
+@click.argument("model")
+@click.argument("prompt")
+@click.option("--stop", multiple=True, help="Stop sequence (repeatable).")
+@click.option("--max-tokens", type=int, help="Most tokens to generate [default: 100].")
+@click.option("--temperature", type=float, help="0 is greedy [default: 0.8].")
+@click.option("--seed", type=int, help="Sampler seed [default: random].")
+@click.option("--top-k", type=int, help="0 disables [default: 40].")
+@click.option("--top-p", type=float, help="1 disables [default: 0.9].")
+@click.option("--repeat-penalty", type=float, help="1 disables [default: 1.1].")
+@click.pass_obj
+@reports_errors
+def infer(
+    settings: Settings,
+    model: str,
+    prompt: str,
+    stop: tuple[str, ...],
+    max_tokens: int | None,
+    temperature: float | None,
+    seed: int | None,
+    top_k: int | None,
+    top_p: float | None,
+    repeat_penalty: float | None,
+) -> None:
+    """Complete PROMPT with MODEL (PROMPT `-` reads stdin): text to stdout, finish reason and usage to stderr."""
+    from . import policy
+
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    given = {
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "seed": seed,
+        "top_k": top_k,
+        "top_p": top_p,
+        "repeat_penalty": repeat_penalty,
+        "stop": stop or None,
+    }
+    updates = {name: value for name, value in given.items() if value is not None}
+    params = policy.DEFAULT_PARAMS.model_copy(update=updates)
+    with settings.host() as host:
+        result = host.infer(model, prompt, params)
+    click.echo(result.text)
+    click.echo(f"finish-reason: {result.finish_reason.value}", err=True)
+    usage = result.usage
+    click.echo(f"usage: prompt={usage.prompt_token_count} generated={usage.generated_token_count}", err=True)
+
+
+def _note(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def main() -> None:
+    cli(prog_name="llmhost")
+
+
+if __name__ == "__main__":
+    main()

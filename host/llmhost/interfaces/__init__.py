@@ -1,0 +1,1 @@
+"""One module per WIT interface the host implements: argument conversion (`abi`), policy, engine calls."""

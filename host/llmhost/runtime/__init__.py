@@ -1,0 +1,1 @@
+"""wasmtime plumbing: compiled-component cache, per-store sandbox, linker wiring."""

@@ -1,0 +1,136 @@
+"""What a guest may reach, set up fresh for every store.
+
+By default a guest gets its arguments, stdout and stderr, and nothing else: no environment, no files, no
+network. `SandboxConfig` grants environment variables and a read-only directory.
+
+Network cannot be granted with wasmtime-py 50.0.1: after `wasi_config_inherit_network` (and
+`wasi_config_allow_ip_name_lookup`) a component still gets `access-denied` from `create-tcp-socket` and
+`create-udp-socket` (checked with a componentize-py guest), and the C API has no `allow_tcp`. Rather than accept
+a grant that does nothing, `sandbox_problems` names it and the host refuses the config.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import threading
+from collections.abc import Callable
+
+from wasmtime import Engine, Store, WasiConfig
+
+from ..config import SandboxConfig
+
+# How often the epoch advances while a timeout is configured; a guest overruns its limit by at most this much.
+EPOCH_TICK_S = 0.05
+# With no timeout the deadline is never reached (no ticker runs), but it must still be set: with epoch
+# interruption on, a store's default deadline is "now" (even instantiation traps with `wasm trap: interrupt`).
+NO_DEADLINE_TICKS = 2**48
+
+OutputSink = Callable[[bytes], None]
+
+
+class CapturedOutput:
+    """A guest's stdout or stderr captured in a temporary file, handed to a sink when the run ends.
+
+    Why not `WasiConfig.stdout_custom`: with wasmtime-py 50.0.1 a single guest write larger than 8192 bytes
+    reaches a custom callback truncated to 8192 bytes, and the rest is lost without an error (seen with a
+    componentize-py guest printing a 21 kB line). A file takes every byte.
+    """
+
+    def __init__(self, sink: OutputSink) -> None:
+        self._sink = sink
+        fd, self.path = tempfile.mkstemp(prefix="llmhost-output-")
+        os.close(fd)
+
+    def deliver(self) -> None:
+        """Pass everything the guest wrote to the sink, once, and remove the file."""
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        finally:
+            os.unlink(self.path)
+        if data:
+            self._sink(data)
+
+
+def wasi_config(
+    sandbox: SandboxConfig,
+    argv: list[str],
+    stdout: CapturedOutput | None = None,
+    stderr: CapturedOutput | None = None,
+) -> WasiConfig:
+    """A new `WasiConfig` (a store consumes it). `stdout`/`stderr`: capture instead of inheriting."""
+    wasi = WasiConfig()
+    wasi.argv = argv
+    if stdout is None:
+        wasi.inherit_stdout()
+    else:
+        wasi.stdout_file = stdout.path
+    if stderr is None:
+        wasi.inherit_stderr()
+    else:
+        wasi.stderr_file = stderr.path
+    if sandbox.env:
+        wasi.env = list(sandbox.env.items())
+    if sandbox.read_only_dir is not None:
+        # fs_mutable=False: wasmtime preopens with read-only dir and file permissions (writes get EPERM).
+        wasi.preopen_dir(str(sandbox.read_only_dir), sandbox.guest_dir, fs_mutable=False)
+    return wasi
+
+
+def sandbox_problems(sandbox: SandboxConfig) -> list[str]:
+    """Why this sandbox config cannot be honoured, each naming its config key (empty: it can)."""
+    problems = []
+    if sandbox.inherit_network:
+        problems.append(
+            "`sandbox.inherit-network` cannot be granted: wasmtime-py 50 denies components every socket even when "
+            "the network is inherited; remove it from the config"
+        )
+    if sandbox.read_only_dir is not None and not sandbox.read_only_dir.is_dir():
+        problems.append(f"`sandbox.read-only-dir` = {sandbox.read_only_dir} is not a directory")
+    return problems
+
+
+def new_store(
+    engine: Engine,
+    sandbox: SandboxConfig,
+    argv: list[str],
+    stdout: CapturedOutput | None = None,
+    stderr: CapturedOutput | None = None,
+) -> Store:
+    store = Store(engine)
+    store.set_wasi(wasi_config(sandbox, argv, stdout, stderr))
+    # The limit applies to each linear memory; a guest that hits it sees allocation failure (Python: MemoryError).
+    store.set_limits(memory_size=sandbox.max_memory_mb * 1024 * 1024)
+    store.set_epoch_deadline(deadline_ticks(sandbox.timeout_s))
+    return store
+
+
+def deadline_ticks(timeout_s: float | None) -> int:
+    if timeout_s is None:
+        return NO_DEADLINE_TICKS
+    # +1: the first tick comes anywhere within one period after the deadline is set; the guest gets at least
+    # `timeout_s` and at most one tick more.
+    return math.ceil(timeout_s / EPOCH_TICK_S) + 1
+
+
+class EpochTicker:
+    """Advances the engine's epoch every `EPOCH_TICK_S` on a daemon thread, so store deadlines can expire.
+
+    One ticker per engine serves every store at once (each store's deadline is relative to when it was set).
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="llmhost-epoch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(EPOCH_TICK_S):
+            self._engine.increment_epoch()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -1,0 +1,15 @@
+"""Package layout (metadata is in pyproject.toml).
+
+The sources live in `host/`; the WIT files live at the repository root in `wit/` and ship inside the package as
+`llmhost/wit/*.wit` by mapping a data-only package `llmhost.wit` onto that directory. In a checkout (editable
+install included) the host reads `<repo>/wit` directly.
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    packages=[*find_packages("host", include=["llmhost", "llmhost.*"]), "llmhost.wit"],
+    package_dir={"": "host", "llmhost.wit": "wit"},
+    package_data={"llmhost": ["py.typed"], "llmhost.wit": ["*.wit"]},
+    include_package_data=False,
+)

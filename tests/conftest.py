@@ -1,0 +1,106 @@
+"""Shared fixtures: guests built once per run, hosts over the fake engine, and a probe-guest driver.
+
+Building a guest (~20 s) and compiling it (~15-25 s) are the slow steps, so both are cached in one directory
+per test run (or in $LLMHOST_TEST_CACHE_DIR, to share them across runs: the caches are keyed by content, so
+reuse is always safe). The fixtures work for any `HostConfig`: tests/e2e uses them with the real engine.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmhost import App, FakeEngineConfig, Host, HostConfig, build_component
+from probe_driver import ProbeOutcome, run_probe
+
+REPO = Path(__file__).resolve().parents[1]
+GUEST_SOURCES = {
+    "probe": REPO / "tests" / "guests" / "probe",
+    "hello": REPO / "guest-examples" / "hello",
+}
+
+
+@pytest.fixture(scope="session")
+def llmhost_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    shared = os.environ.get("LLMHOST_TEST_CACHE_DIR")
+    return Path(shared) if shared else tmp_path_factory.mktemp("llmhost-cache")
+
+
+@pytest.fixture(scope="session")
+def guest_wasm(llmhost_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every test guest, built once (in parallel: componentize-py is single-threaded) through llmhost.build."""
+    out = tmp_path_factory.mktemp("guests")
+    with ThreadPoolExecutor(max_workers=len(GUEST_SOURCES)) as pool:
+        futures = {
+            name: pool.submit(build_component, source, out / f"{name}.wasm", cache_dir=llmhost_cache_dir)
+            for name, source in GUEST_SOURCES.items()
+        }
+        return {name: future.result() for name, future in futures.items()}
+
+
+@pytest.fixture(scope="session")
+def probe_wasm(guest_wasm: dict[str, Path]) -> Path:
+    return guest_wasm["probe"]
+
+
+@pytest.fixture(scope="session")
+def hello_wasm(guest_wasm: dict[str, Path]) -> Path:
+    return guest_wasm["hello"]
+
+
+@pytest.fixture(scope="session")
+def fake_config(llmhost_cache_dir: Path) -> HostConfig:
+    return HostConfig(engine=FakeEngineConfig(), cache_dir=llmhost_cache_dir)
+
+
+@pytest.fixture(scope="session")
+def compile_notes(fake_config: HostConfig, probe_wasm: Path, hello_wasm: Path) -> list[str]:
+    """Compile every guest once per run (the first load may compile); the notes it printed, for cache tests."""
+    notes: list[str] = []
+    with Host(fake_config, note=notes.append) as host:
+        for wasm in (probe_wasm, hello_wasm):
+            host.load(wasm)
+    return notes
+
+
+@pytest.fixture(scope="session")
+def fake_host(fake_config: HostConfig, compile_notes: list[str]) -> Iterator[Host]:
+    with Host(fake_config) as host:
+        yield host
+
+
+@pytest.fixture(scope="session")
+def probe_app(fake_host: Host, probe_wasm: Path) -> App:
+    return fake_host.load(probe_wasm)
+
+
+@pytest.fixture
+def make_host(compile_notes: list[str]) -> Iterator[Callable[..., Host]]:
+    """`make_host(config, **host_kwargs)`: a Host closed after the test (guests are already compiled)."""
+    hosts: list[Host] = []
+
+    def make(config: HostConfig, **kwargs: Any) -> Host:
+        host = Host(config, **kwargs)
+        hosts.append(host)
+        return host
+
+    yield make
+    for host in hosts:
+        host.close()
+
+
+@pytest.fixture
+def probe(probe_app: App) -> Callable[..., ProbeOutcome]:
+    """`probe(*args)`: run the probe guest on the fake-engine host."""
+    return lambda *args: run_probe(probe_app, *args)
+
+
+@pytest.fixture(name="run_probe")
+def run_probe_fixture() -> Callable[..., ProbeOutcome]:
+    """`run_probe(app, *args)`, for probe apps loaded by other hosts (sandbox configs, the real engine)."""
+    return run_probe

@@ -1,0 +1,43 @@
+"""Fixtures for end-to-end tests: the real llama.cpp engine with the real default model (Gemma 3 270M)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from llmhost import App, Host, HostConfig
+from llmhost.config import ModelConfig
+from llmhost.engine.models import default_model_path
+from probe_driver import ProbeOutcome, run_probe
+
+MODEL = "gemma-3-270m"
+SMALL = "gemma-small-context"  # the same weights with a 64-token window, to fill the context quickly
+SMALL_CONTEXT = 64
+
+
+@pytest.fixture(scope="session")
+def real_config(llmhost_cache_dir: Path) -> HostConfig:
+    weights = default_model_path(llmhost_cache_dir)
+    return HostConfig(
+        models={MODEL: ModelConfig(), SMALL: ModelConfig(path=weights, context_length=SMALL_CONTEXT)},
+        cache_dir=llmhost_cache_dir,
+    )
+
+
+@pytest.fixture(scope="session")
+def real_host(real_config: HostConfig, compile_notes: list[str]) -> Iterator[Host]:
+    with Host(real_config) as host:
+        yield host
+
+
+@pytest.fixture(scope="session")
+def real_probe_app(real_host: Host, probe_wasm: Path) -> App:
+    return real_host.load(probe_wasm)
+
+
+@pytest.fixture
+def real_probe(real_probe_app: App) -> Callable[..., ProbeOutcome]:
+    """`real_probe(*args)`: run the probe guest against the real engine."""
+    return lambda *args: run_probe(real_probe_app, *args)

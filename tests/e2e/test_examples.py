@@ -1,0 +1,58 @@
+"""Each guest example's README commands, run as written (from the repository root) against the real model."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from llmhost import Host, InferencingParams
+
+from .conftest import MODEL
+
+pytestmark = [pytest.mark.model, pytest.mark.wasm]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def readme_blocks(example: str) -> tuple[list[str], str]:
+    """The README's `sh` block (commands) and the plain block right after it (expected output)."""
+    text = (REPO / "guest-examples" / example / "README.md").read_text()
+    commands = re.search(r"```sh\n(.*?)```", text, re.S)
+    output = re.search(r"```sh\n.*?```.*?```\n(.*?)```", text, re.S)
+    assert commands and output, f"{example}/README.md needs a ```sh block and an output block after it"
+    return [line for line in commands.group(1).splitlines() if line.strip()], output.group(1)
+
+
+def run_readme_commands(commands: list[str], workdir: Path, cache_dir: Path) -> list[subprocess.CompletedProcess[str]]:
+    env = {k: v for k, v in os.environ.items() if k != "LLMHOST_CONFIG"}
+    env["LLMHOST_CACHE_DIR"] = str(cache_dir)
+    results = []
+    for line in commands:
+        argv = shlex.split(line)
+        argv[0] = str(REPO / argv[0])  # `.venv/bin/llmhost`, relative to the repository root
+        argv = [a if not a.startswith("guest-examples/") else str(REPO / a) for a in argv]
+        results.append(subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True, timeout=600))
+    return results
+
+
+def test_hello_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: Host) -> None:
+    commands, expected = readme_blocks("hello")
+    assert [c.split()[:2] for c in commands] == [[".venv/bin/llmhost", "build"], [".venv/bin/llmhost", "run"]]
+    build, run = run_readme_commands(commands, tmp_path, llmhost_cache_dir)
+    assert build.returncode == 0, build.stderr
+    assert (tmp_path / "hello.wasm").is_file()
+    assert run.returncode == 0, run.stderr
+    text, finish, usage = run.stdout.rstrip("\n").split("\n")
+    # The README shows the real output, and the guest printed what the engine gives for the same request.
+    assert run.stdout == expected
+    prompt = shlex.split(commands[1])[-1]
+    want = real_host.infer(
+        MODEL, prompt, InferencingParams(max_tokens=32, stop=("\n",), temperature=0.0, repeat_penalty=1.1)
+    )
+    assert text == want.text
+    assert finish == f"finish-reason: {want.finish_reason.value}"
+    assert usage == f"usage: prompt={want.usage.prompt_token_count} generated={want.usage.generated_token_count}"
