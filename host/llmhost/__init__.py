@@ -23,6 +23,9 @@ if TYPE_CHECKING:
         LlmError,
         ModelInfo,
         ModelNotSupported,
+        StreamChunk,
+        StreamDone,
+        StreamEvent,
         Usage,
     )
 
@@ -40,6 +43,9 @@ _EXPORTS = {
         "LlmError",
         "ModelInfo",
         "ModelNotSupported",
+        "StreamChunk",
+        "StreamDone",
+        "StreamEvent",
         "Usage",
     ],
 }

@@ -20,6 +20,8 @@ from wasmtime.component import (
     ComponentInstanceType,
     FuncType,
     Record,
+    ResourceAny,
+    ResourceHost,
     ResultType,
     ValType,
     Variant,
@@ -27,7 +29,17 @@ from wasmtime.component import (
 )
 
 from . import policy
-from .types import EmbeddingsResult, InferenceResult, InferencingParams, LlmError, ModelInfo, Usage
+from .types import (
+    EmbeddingsResult,
+    InferenceResult,
+    InferencingParams,
+    LlmError,
+    ModelInfo,
+    StreamChunk,
+    StreamDone,
+    StreamEvent,
+    Usage,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -145,6 +157,34 @@ def embeddings_to_wit(result: EmbeddingsResult) -> Record:
     return _record({"embeddings": [[float(x) for x in vector] for vector in result.embeddings], "usage": usage})
 
 
+def stream_event_to_wit(event: StreamEvent | None) -> Variant | None:
+    """`option<stream-event>`: `stream-event` is a tagged variant (both cases are records)."""
+    if event is None:
+        return None
+    if isinstance(event, StreamChunk):
+        chunk = _record(
+            {
+                "text": _string(event.text),
+                "token-ids": tokens_to_wit(event.token_ids),
+                "usage": usage_to_wit(event.usage),
+            }
+        )
+        return Variant("chunk", chunk)
+    assert isinstance(event, StreamDone)
+    return Variant("done", _record({"finish-reason": event.finish_reason.value, "usage": usage_to_wit(event.usage)}))
+
+
+def own_resource(rep: int, type_id: int) -> ResourceHost:
+    """A new owned handle to a host resource, to return to a guest."""
+    return ResourceHost.own(rep, type_id)
+
+
+def resource_rep(store: Any, handle: ResourceAny) -> int:
+    """The host's integer behind a handle the guest passed (a method's `self`). Consuming the borrow here is
+    required: wasmtime fails the call if a borrowed handle is still unconsumed when the method returns."""
+    return int(handle.to_host(store).rep)
+
+
 @dataclass(frozen=True)
 class ErrorEncoder:
     """Builds values of the WIT `error` variant from `LlmError`s.
@@ -220,17 +260,21 @@ def imported_functions(component: Component, engine: Engine, interface: str) -> 
     return {name: item.ty for name, item in exports.items() if isinstance(item.ty, FuncType)}
 
 
-def guarded(function: Callable[..., Any], to_wit: Callable[[Any], Any], encoder: ResultEncoder) -> Callable[..., Any]:
+def guarded(
+    function: Callable[..., Any], to_wit: Callable[[Any], Any], encoder: ResultEncoder, *, with_store: bool = False
+) -> Callable[..., Any]:
     """Wrap a domain function as a host function (`fn(store, *wit_args)`) that never raises.
+
+    `with_store`: pass the store on as the first argument (resource methods need it to read their handle).
 
     A Python exception escaping a host function traps the guest, so expected failures (`LlmError`) become the
     WIT `err` value, and anything else becomes `runtime-error` with the message and is logged with its
     traceback, since it is a host bug.
     """
 
-    def host_function(_store: Any, *args: Any) -> Any:
+    def host_function(store: Any, *args: Any) -> Any:
         try:
-            return encoder.ok(to_wit(function(*args)))
+            return encoder.ok(to_wit(function(store, *args) if with_store else function(*args)))
         except LlmError as error:
             return encoder.err(error)
         except Exception as error:  # every failure must become a value, not a trap

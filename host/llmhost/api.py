@@ -20,13 +20,14 @@ from wasmtime.component import Component, FuncType, Instance, Linker
 
 from . import policy
 from .config import HostConfig
-from .engine.base import Engine
+from .engine.base import Engine, Generation, collect
 from .interfaces.llm import INTERFACE as LLM_INTERFACE
 from .interfaces.llm import LlmService
+from .interfaces.streams import StreamTable
 from .runtime.components import ComponentCache, LoadedComponent, create_wasmtime_engine, stderr_note
 from .runtime.linker import build_linker
 from .runtime.sandbox import CapturedOutput, EpochTicker, OutputSink, new_store, sandbox_problems
-from .types import EmbeddingsResult, InferenceResult, InferencingParams, ModelInfo
+from .types import EmbeddingsResult, InferenceResult, InferencingParams, ModelInfo, StreamChunk
 
 RUN_EXPORT = "run"
 # Imports the host satisfies: WASI 0.2 (any minor version wasmtime supports) and the llm interface.
@@ -97,6 +98,7 @@ class Host:
         self._ticker: EpochTicker | None = None
         self._closed = False
         self._llm = LlmService(self._get_engine)
+        self._streams = StreamTable(self.config.sandbox.stream_idle_timeout_s)
 
     # -- engine and wasmtime, created on first use ------------------------------------------------------
 
@@ -149,13 +151,32 @@ class Host:
             raise LoadError(f"{path}: not a valid WebAssembly component: {_cause(str(error))}") from None
         _check_component(path, loaded.component, wasm_engine)
         allowed = frozenset(allowed_models) if allowed_models is not None else None
-        linker = build_linker(wasm_engine, loaded.component, self._llm.restricted_to(allowed))
+        linker = build_linker(wasm_engine, loaded.component, self._llm.restricted_to(allowed), self._streams)
         return App(self, path, loaded, linker)
 
     # -- the llm interface, for host-side callers ---------------------------------------------------------
 
-    def infer(self, model: str, prompt: str, params: InferencingParams | None = None) -> InferenceResult:
-        return self._llm.infer(model, prompt, params if params is not None else policy.DEFAULT_PARAMS)
+    def infer(
+        self,
+        model: str,
+        prompt: str,
+        params: InferencingParams | None = None,
+        *,
+        on_chunk: Callable[[StreamChunk], None] | None = None,
+    ) -> InferenceResult:
+        """Generate a completion. `on_chunk` is called with each chunk as soon as its text is certain."""
+        params = params if params is not None else policy.DEFAULT_PARAMS
+        if on_chunk is None:
+            return self._llm.infer(model, prompt, params)
+        return collect(self._llm.infer_stream(model, prompt, params), on_chunk)
+
+    def infer_stream(self, model: str, prompt: str, params: InferencingParams | None = None) -> Generation:
+        """The same generation as `infer`, as an iterator of `StreamChunk`s ending with one `StreamDone`.
+
+        Input errors are raised here, before any token is generated. `close()` cancels the generation and
+        frees its engine slot.
+        """
+        return self._llm.infer_stream(model, prompt, params if params is not None else policy.DEFAULT_PARAMS)
 
     def tokenize(self, model: str, text: str) -> list[int]:
         return self._llm.tokenize(model, text)
@@ -183,6 +204,7 @@ class Host:
             self._ticker = None
         if ticker is not None:
             ticker.stop()
+        self._streams.close()
         if engine is not None:
             engine.close()
 

@@ -182,6 +182,7 @@ def models(settings: Settings) -> None:
 @click.option("--top-k", type=int, help="0 disables [default: 40].")
 @click.option("--top-p", type=float, help="1 disables [default: 0.9].")
 @click.option("--repeat-penalty", type=float, help="1 disables [default: 1.1].")
+@click.option("--stream", is_flag=True, help="Print text as it is generated.")
 @click.pass_obj
 @reports_errors
 def infer(
@@ -195,6 +196,7 @@ def infer(
     top_k: int | None,
     top_p: float | None,
     repeat_penalty: float | None,
+    stream: bool,
 ) -> None:
     """Complete PROMPT with MODEL (PROMPT `-` reads stdin): text to stdout, finish reason and usage to stderr."""
     from . import policy
@@ -213,11 +215,20 @@ def infer(
     updates = {name: value for name, value in given.items() if value is not None}
     params = policy.DEFAULT_PARAMS.model_copy(update=updates)
     with settings.host() as host:
-        result = host.infer(model, prompt, params)
-    click.echo(result.text)
+        if stream:
+            result = host.infer(model, prompt, params, on_chunk=lambda chunk: _print_now(chunk.text))
+            click.echo()
+        else:
+            result = host.infer(model, prompt, params)
+            click.echo(result.text)
     click.echo(f"finish-reason: {result.finish_reason.value}", err=True)
     usage = result.usage
     click.echo(f"usage: prompt={usage.prompt_token_count} generated={usage.generated_token_count}", err=True)
+
+
+def _print_now(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 def _note(message: str) -> None:

@@ -55,6 +55,8 @@ class SandboxConfig(_Section):
     inherit_network: bool = False
     max_memory_mb: int = Field(512, ge=16)
     timeout_s: float | None = Field(None, gt=0)  # wall-clock limit of one guest call (epoch interruption)
+    # An `inference-stream` left unread this long is cancelled (it holds an engine slot); None: never.
+    stream_idle_timeout_s: float | None = Field(60.0, gt=0)
 
 
 def _default_models() -> dict[str, ModelConfig]:

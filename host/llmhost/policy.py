@@ -10,6 +10,8 @@ DEFAULT_PARAMS = InferencingParams()
 DEFAULT_CONTEXT_LENGTH = 4096
 DEFAULT_THREADS = 2
 DEFAULT_BATCH_SIZE = 512
+# How long a generation waits for a free sequence slot of its model before giving up with `runtime-error`.
+SLOT_WAIT_TIMEOUT_S = 300.0
 MAX_STOP_SEQUENCES = 16
 MAX_STOP_LENGTH = 256
 U32_MAX = 2**32 - 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol, runtime_checkable
 
 from ..types import (
@@ -46,13 +46,17 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
-def collect(generation: Generation) -> InferenceResult:
-    """Run a generation to its end and gather its chunks into one result (what `infer` returns)."""
+def collect(generation: Generation, on_chunk: Callable[[StreamChunk], None] | None = None) -> InferenceResult:
+    """Run a generation to its end and gather its chunks into one result (what `infer` returns).
+
+    `on_chunk`: the per-token hook, called with every chunk as it is generated (the CLI prints with it)."""
     parts: list[str] = []
     try:
         for event in generation:
             if isinstance(event, StreamChunk):
                 parts.append(event.text)
+                if on_chunk is not None:
+                    on_chunk(event)
             elif isinstance(event, StreamDone):
                 return InferenceResult(finish_reason=event.finish_reason, text="".join(parts), usage=event.usage)
     finally:

@@ -104,17 +104,27 @@ class LlamaModel:
         self.memory = lib.llama_get_memory(self.ctx)
         self.batch = lib.llama_batch_init(self.n_batch, 0, 1)
         self._free_slots = list(range(config.slots))
+        # Tokens run through the model so far (prefill and decode): what generations cost, for tests and stats.
+        self.evaluated_tokens = 0
         self._slot_available = threading.Condition(self.lock)
         self._embed_ctx: Any = None
 
     # --- slots -------------------------------------------------------------------------------------------
     def acquire_slot(self) -> int:
         with self._slot_available:
-            while not self._free_slots:
-                self._slot_available.wait()
+            if not self._slot_available.wait_for(lambda: self._free_slots, timeout=policy.SLOT_WAIT_TIMEOUT_S):
+                raise EngineError(
+                    f"all {self.config.slots} sequence slots of {self.name} stayed busy for "
+                    f"{policy.SLOT_WAIT_TIMEOUT_S:.0f} s (raise `models.{self.name}.slots` in the config)"
+                )
             seq = self._free_slots.pop(0)
             self.lib.llama_memory_seq_rm(self.memory, seq, 0, -1)
             return seq
+
+    @property
+    def free_slots(self) -> int:
+        with self.lock:
+            return len(self._free_slots)
 
     def release_slot(self, seq: int) -> None:
         with self._slot_available:
@@ -162,6 +172,7 @@ class LlamaModel:
             rc = lib.llama_decode(self.ctx, batch)
             if rc != 0:
                 raise EngineError(f"llama_decode failed with code {rc} (context of {self.n_ctx} tokens)")
+            self.evaluated_tokens += len(chunk)
 
     def sample(self, sampler: Any) -> int:
         return int(self.lib.llama_sampler_sample(sampler, self.ctx, -1))

@@ -3,6 +3,9 @@
 Tests drive every `llm` function and every sandbox boundary through the real guest path with it, against the
 fake engine (tests/integration) and the real llama.cpp engine (tests/e2e):
 
+    stream MODEL PROMPT [PARAMS_JSON]  every event of infer-stream, then two more `next()` results (after done)
+    stream-drop MODEL PROMPT N SLOTS   read N events, drop the stream, then hold SLOTS new streams at once
+    stream-idle MODEL PROMPT SECONDS   read one event, sleep, then call next() again
     infer MODEL PROMPT [PARAMS_JSON]   PARAMS_JSON: "none", or an object of WIT field names (kebab-case)
                                        overriding the WIT defaults, e.g. {"max-tokens": 8, "stop": ["\\n"]}
     tokenize MODEL TEXT
@@ -77,6 +80,57 @@ def op_infer(model, prompt, params="none"):
     }
 
 
+def event_json(event):
+    if event is None:
+        return None
+    if isinstance(event, llm.StreamEvent_Chunk):
+        chunk = event.value
+        return {"chunk": {"text": chunk.text, "token-ids": list(chunk.token_ids), "usage": usage_json(chunk.usage)}}
+    done = event.value
+    reason = done.finish_reason.name.lower().replace("_", "-")
+    return {"done": {"finish-reason": reason, "usage": usage_json(done.usage)}}
+
+
+def op_stream(model, prompt, params="none"):
+    events = []
+    with llm.infer_stream(model, prompt, parse_params(params)) as stream:
+        while True:
+            event = stream.next()
+            events.append(event_json(event))
+            if event is None or isinstance(event, llm.StreamEvent_Done):
+                break
+        after = [event_json(stream.next()), event_json(stream.next())]
+    return {"events": events, "after-done": after}
+
+
+GREEDY_FOR_STREAMS = '{"temperature": 0.0, "repeat-penalty": 1.0, "max-tokens": 64}'
+
+
+def op_stream_drop(model, prompt, n, slots):
+    stream = llm.infer_stream(model, prompt, parse_params(GREEDY_FOR_STREAMS))
+    read = [event_json(stream.next()) for _ in range(int(n))]
+    stream.__exit__(None, None, None)  # drop the handle now, long before the generation would end
+    # Every slot at once: only possible if the dropped stream gave its slot back.
+    held = [llm.infer_stream(model, prompt, parse_params(GREEDY_FOR_STREAMS)) for _ in range(int(slots))]
+    firsts = [event_json(s.next()) for s in held]
+    for s in held:
+        s.__exit__(None, None, None)
+    return {"read": read, "held": firsts}
+
+
+def op_stream_idle(model, prompt, seconds):
+    import time
+
+    with llm.infer_stream(model, prompt, parse_params(GREEDY_FOR_STREAMS)) as stream:
+        first = event_json(stream.next())
+        time.sleep(float(seconds))
+        try:
+            second = {"event": event_json(stream.next())}
+        except Err as error:
+            second = {"err": error_json(error)}
+    return {"first": first, "second": second}
+
+
 def op_tokenize(model, text):
     return llm.tokenize(model, text)
 
@@ -149,6 +203,9 @@ def op_loop():
 
 OPERATIONS = {
     "infer": op_infer,
+    "stream": op_stream,
+    "stream-drop": op_stream_drop,
+    "stream-idle": op_stream_idle,
     "tokenize": op_tokenize,
     "info": op_info,
     "embed": op_embed,

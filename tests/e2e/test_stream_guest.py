@@ -1,0 +1,87 @@
+"""`infer-stream` end to end: probe guest → host → llama.cpp, compared with `infer` on the same requests."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from llmhost import Host
+from probe_driver import ProbeOutcome
+
+from .conftest import MODEL
+from .test_llm_guest import STORY, infer, token_texts
+
+pytestmark = [pytest.mark.model, pytest.mark.wasm]
+Probe = Callable[..., ProbeOutcome]
+
+
+def stream(probe: Probe, prompt: str, **params: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    outcome = probe("stream", MODEL, prompt, json.dumps(params))
+    assert outcome.exit_code == 0, (outcome.error, outcome.stderr)
+    *chunks, done = outcome.value["events"]
+    assert outcome.value["after-done"] == [None, None]
+    return [c["chunk"] for c in chunks], done["done"]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"temperature": 0.0, "repeat-penalty": 1.0, "max-tokens": 24},
+        {"temperature": 0.0, "repeat-penalty": 1.0, "max-tokens": 40, "stop": [" very", "brave"]},
+        {"temperature": 0.9, "seed": 11, "max-tokens": 20},
+        {"temperature": 0.0, "max-tokens": None, "repeat-penalty": 1.3},
+    ],
+)
+def test_stream_equals_infer(real_probe: Probe, params: dict[str, Any]) -> None:
+    prompt = "}\n}\n}\n" if params["max-tokens"] is None else STORY
+    chunks, done = stream(real_probe, prompt, **params)
+    result = infer(real_probe, prompt, **params)
+    assert "".join(c["text"] for c in chunks) == result["text"]
+    assert done == {"finish-reason": result["finish-reason"], "usage": result["usage"]}
+
+
+def test_nothing_of_a_stop_sequence_is_ever_emitted(real_probe: Probe, real_host: Host) -> None:
+    text = b"".join(p for _, p in token_texts(real_host, STORY, 40)).decode()
+    stop = text[20:26]  # occurs in the text: generation stops there
+    chunks, done = stream(
+        real_probe, STORY, **{"temperature": 0.0, "repeat-penalty": 1.0, "max-tokens": 40, "stop": [stop]}
+    )
+    emitted = "".join(c["text"] for c in chunks)
+    assert emitted == text[: text.find(stop)] and done["finish-reason"] == "stop"
+    # Text that could begin the stop sequence is held back, never sent and then taken back.
+    assert all(stop not in c["text"] for c in chunks)
+    assert not any(emitted.endswith(stop[:k]) for k in range(1, len(stop)))
+
+
+def test_one_chunk_per_token_and_split_characters_arrive_whole(real_probe: Probe, real_host: Host) -> None:
+    chunks, done = stream(real_probe, STORY, **{"temperature": 0.0, "repeat-penalty": 1.0, "max-tokens": 16})
+    assert len(chunks) == done["usage"]["generated-token-count"] == 16
+    assert all(len(c["token-ids"]) == 1 for c in chunks)
+    assert [c["usage"]["generated-token-count"] for c in chunks] == list(range(1, 17))
+
+    moose = "🫎🫎🫎 🫎🫎 🫎🫎🫎 🫎"
+    reference = token_texts(real_host, moose, 10)
+    chunks, _ = stream(real_probe, moose, **{"temperature": 0.0, "repeat-penalty": 1.0, "max-tokens": 10})
+    assert [t for c in chunks for t in c["token-ids"]] == [t for t, _ in reference][
+        : sum(len(c["token-ids"]) for c in chunks)
+    ]
+    # A four-byte character comes as one chunk carrying its four tokens, never split.
+    assert any(c["text"] == "🫎" and len(c["token-ids"]) == 4 for c in chunks)
+    assert all("\ufffd" not in c["text"] for c in chunks)
+
+
+def test_dropping_a_stream_cancels_generation_and_frees_its_slot(real_probe: Probe, real_host: Host) -> None:
+    model = real_host.engine.model(MODEL)  # type: ignore[attr-defined]
+    slots = model.config.slots
+    before = model.evaluated_tokens
+    prompt_tokens = len(real_host.tokenize(MODEL, STORY))
+    outcome = real_probe("stream-drop", MODEL, STORY, "3", str(slots))
+    assert outcome.exit_code == 0, outcome
+    assert len(outcome.value["read"]) == 3 and len(outcome.value["held"]) == slots
+    # Three chunks cost the prompt plus two decoded tokens (the third token is sampled, not yet decoded); the
+    # dropped stream ran no step after that, and each held stream ran only its prefill.
+    assert model.evaluated_tokens - before == (prompt_tokens + 2) + slots * prompt_tokens
+    assert model.free_slots == slots
