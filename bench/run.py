@@ -37,8 +37,17 @@ N_GPU_LAYERS = int(os.environ.get("LLMHOST_BENCH_N_GPU_LAYERS", "0"))
 CONTEXT = 4096
 
 
-def bare_loop(model_path: Path) -> Callable[[], tuple[int, float]]:
+LONG_PROMPT = " ".join(f"Item {i}: a short line of text about item number {i}." for i in range(20))
+
+
+class Bare:
     """(a) llama.cpp with nothing around it: one context, decode one token per step, greedy."""
+
+    def __init__(self, model_path: Path) -> None:
+        self.run, self.prefill = _bare_loop(model_path)
+
+
+def _bare_loop(model_path: Path) -> tuple[Callable[[], tuple[int, float]], Callable[[str], float]]:
     lib = llama_lib()
     mparams = lib.llama_model_default_params()
     mparams.n_gpu_layers = N_GPU_LAYERS if N_GPU_LAYERS >= 0 else 2**31 - 1
@@ -48,10 +57,15 @@ def bare_loop(model_path: Path) -> Callable[[], tuple[int, float]]:
     cparams.n_threads = cparams.n_threads_batch = THREADS
     ctx = lib.llama_init_from_model(model, cparams)
     vocab = lib.llama_model_get_vocab(model)
-    data = PROMPT.encode()
-    buf = (lib.llama_token * (len(data) + 8))()
-    n_prompt = lib.llama_tokenize(vocab, data, len(data), buf, len(buf), True, True)
-    prompt = list(buf[:n_prompt])
+
+    def tokenize(text: str) -> list[int]:
+        data = text.encode()
+        buf = (lib.llama_token * (len(data) + 8))()
+        n = lib.llama_tokenize(vocab, data, len(data), buf, len(buf), True, True)
+        return list(buf[:n])
+
+    prompt = tokenize(PROMPT)
+    n_prompt = len(prompt)
     batch = lib.llama_batch_init(512, 0, 1)
     sampler = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
     lib.llama_sampler_chain_add(sampler, lib.llama_sampler_init_greedy())
@@ -76,7 +90,17 @@ def bare_loop(model_path: Path) -> Callable[[], tuple[int, float]]:
             lib.llama_decode(ctx, batch)
         return TOKENS, time.perf_counter() - start
 
-    return run
+    def prefill(text: str) -> float:
+        """Seconds to evaluate `text` and sample the first token: the floor of any time to first token."""
+        tokens = tokenize(text)
+        lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
+        start = time.perf_counter()
+        fill(tokens, 0)
+        lib.llama_decode(ctx, batch)
+        lib.llama_sampler_sample(sampler, ctx, -1)
+        return time.perf_counter() - start
+
+    return run, prefill
 
 
 def create_completion(model_path: Path) -> Callable[[], tuple[int, float]]:
@@ -120,6 +144,21 @@ def guest_infer(host: Host, wasm: Path) -> Callable[[], tuple[int, float]]:
     return run
 
 
+def guest_stream(host: Host, wasm: Path, prompt: str = PROMPT, tokens: int = TOKENS) -> Callable[[], tuple[int, float]]:
+    """(e) a guest reading `llm.infer-stream` to its done event, timed inside the guest."""
+    app = host.load(wasm)
+    first_chunk: list[float] = []
+
+    def run() -> tuple[int, float]:
+        done = app.run_captured(["stream", MODEL, str(tokens), prompt])
+        report = json.loads(done.stdout.decode().strip().splitlines()[-1])
+        first_chunk.append(float(report["first_chunk"]))
+        return int(report["generated"]), float(report["seconds"])
+
+    run.first_chunk = first_chunk  # type: ignore[attr-defined]
+    return run
+
+
 def instantiate_p50(host: Host, wasm: Path, n: int = 20) -> float:
     app = host.load(wasm)
     times = []
@@ -153,11 +192,13 @@ def main() -> int:
     wasm = config.cache_dir / "bench" / "bench-guest.wasm"
     build_component(ROOT / "bench" / "guest", wasm)
     host = Host(config)
+    bare = Bare(model_path)
     variants: dict[str, Callable[[], tuple[int, float]]] = {
-        "(a) bare llama_decode loop": bare_loop(model_path),
+        "(a) bare llama_decode loop": bare.run,
         "(b) llama-cpp-python create_completion": create_completion(model_path),
         "(c) llmhost engine (Python API)": engine_direct(host),
         "(d) wasm guest calling llm.infer": guest_infer(host, wasm),
+        "(e) wasm guest reading llm.infer-stream": guest_stream(host, wasm),
     }
     rates: dict[str, list[float]] = {name: [] for name in variants}
     counts: dict[str, int] = {}
@@ -172,6 +213,16 @@ def main() -> int:
                 f"round {round_index + 1}: {name}: {generated} tokens, {generated / seconds:.1f} tok/s", file=sys.stderr
             )
     median = {name: statistics.median(r) for name, r in rates.items()}
+    # Time to first chunk beyond the prefill itself: a long prompt, 1 token, guest-measured vs bare prefill.
+    first = guest_stream(host, wasm, LONG_PROMPT, 1)
+    long_tokens = len(host.tokenize(MODEL, LONG_PROMPT))
+    overheads, prefills = [], []
+    for _ in range(max(5, args.rounds)):
+        first()
+        prefill = bare.prefill(LONG_PROMPT)
+        prefills.append(prefill)
+        overheads.append(first.first_chunk[-1] - prefill)  # type: ignore[attr-defined]
+    ttfc_overhead = statistics.median(overheads)
     ceiling = median["(a) bare llama_decode loop"]
     inst = instantiate_p50(host, wasm)
     env = dict(os.environ, LLMHOST_CACHE_DIR=str(config.cache_dir))
@@ -196,9 +247,18 @@ def main() -> int:
     for name in variants:
         lines.append(f"| {name} | {counts[name]} | {median[name]:.1f} | {median[name] / ceiling:.3f} |")
     target = median["(d) wasm guest calling llm.infer"] / ceiling
+    stream_ratio = median["(e) wasm guest reading llm.infer-stream"] / median["(d) wasm guest calling llm.infer"]
     lines += [
         "",
         f"Target (d)/(a) ≥ 0.95: **{target:.3f}** ({'met' if target >= 0.95 else 'NOT met'}).",
+        "",
+        "## Streaming",
+        "",
+        "| measure | value | target |",
+        "| --- | ---: | ---: |",
+        f"| streaming decode tok/s ÷ `infer` decode tok/s, (e)/(d) | {stream_ratio:.3f} | ≥ 0.97 |",
+        f"| time to first chunk − prefill ({long_tokens}-token prompt, guest-measured; bare prefill "
+        f"{statistics.median(prefills) * 1000:.0f} ms), median | {ttfc_overhead * 1000:.1f} ms | ≤ 20 ms |",
         "",
         "## Components",
         "",

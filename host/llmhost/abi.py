@@ -108,6 +108,10 @@ def _u32(value: int, what: str) -> int:
     return value
 
 
+def string_to_wit(value: str) -> str:
+    return _string(value)
+
+
 def _string(value: str) -> str:
     # Lone surrogates cannot be lowered to a WIT string (same reason as `_u32`); raises UnicodeEncodeError.
     value.encode("utf-8")
@@ -195,6 +199,9 @@ class ErrorEncoder:
     cases: Mapping[str, bool] = field(
         default_factory=lambda: {"model-not-supported": False, "runtime-error": True, "invalid-input": True}
     )
+    # The case for errors whose kind the type lacks (host bugs): `runtime-error`, or else the type's first case
+    # (an error type of another interface, e.g. http's `write-error`).
+    fallback: str = "runtime-error"
 
     @classmethod
     def from_wit(cls, error_type: ValType) -> ErrorEncoder:
@@ -202,10 +209,11 @@ class ErrorEncoder:
             # An untagged variant would be picked by the payload's Python class, which cannot tell two string
             # cases apart: refuse at link time rather than send the wrong case.
             raise TypeError("the WIT `error` type must be a variant with string payloads")
-        return cls({name: payload is not None for name, payload in error_type.cases})
+        cases = {name: payload is not None for name, payload in error_type.cases}
+        return cls(cases, "runtime-error" if "runtime-error" in cases else next(iter(cases)))
 
     def encode(self, error: LlmError) -> Variant:
-        kind = error.kind if error.kind in self.cases else "runtime-error"
+        kind = error.kind if error.kind in self.cases else self.fallback
         if self.cases[kind]:
             return Variant(kind, _safe_string(error.message))
         return Variant(kind)
@@ -283,3 +291,35 @@ def guarded(
             return encoder.err(LlmError(message))
 
     return host_function
+
+
+# -- HTTP (wit/http.wit): requests, responses and the response-writer handle -------------------------------------
+
+HttpFields = list[tuple[str, str]]
+
+
+def http_request_to_wit(method: str, path_with_query: str, headers: HttpFields, body: bytes) -> Record:
+    """The WIT `http.request` record passed to `handler.handle`."""
+    return _record(
+        {
+            "method": _string(method),
+            "path-with-query": _string(path_with_query),
+            "headers": [(_string(name), _string(value)) for name, value in headers],
+            "body": bytes(body),
+        }
+    )
+
+
+def http_fields_from_wit(value: Any) -> HttpFields:
+    """`fields` (a list of string pairs) -> a list of `(name, value)` tuples."""
+    return [(str(name), str(field_value)) for name, field_value in value]
+
+
+def http_response_from_wit(value: Any) -> tuple[int, HttpFields, bytes]:
+    """The `http.response` record `handler.handle` returned -> (status, headers, body)."""
+    return int(value.status), http_fields_from_wit(value.headers), bytes(value.body)
+
+
+def borrow_resource(rep: int, type_id: int) -> ResourceHost:
+    """A borrowed handle to a host resource, to pass to a guest export for the duration of one call."""
+    return ResourceHost.borrow(rep, type_id)

@@ -20,9 +20,11 @@ from wasmtime.component import Component, FuncType, Instance, Linker
 
 from . import policy
 from .config import HostConfig
-from .engine.base import Engine, Generation, collect
+from .engine.base import Engine, Generation, TokenSequence, collect
 from .interfaces.llm import INTERFACE as LLM_INTERFACE
 from .interfaces.llm import LlmService
+from .interfaces.sequences import INTERFACE as SEQUENCES_INTERFACE
+from .interfaces.sequences import SequenceTable
 from .interfaces.streams import StreamTable
 from .runtime.components import ComponentCache, LoadedComponent, create_wasmtime_engine, stderr_note
 from .runtime.linker import build_linker
@@ -99,6 +101,7 @@ class Host:
         self._closed = False
         self._llm = LlmService(self._get_engine)
         self._streams = StreamTable(self.config.sandbox.stream_idle_timeout_s)
+        self._sequences = SequenceTable()
 
     # -- engine and wasmtime, created on first use ------------------------------------------------------
 
@@ -151,7 +154,9 @@ class Host:
             raise LoadError(f"{path}: not a valid WebAssembly component: {_cause(str(error))}") from None
         _check_component(path, loaded.component, wasm_engine)
         allowed = frozenset(allowed_models) if allowed_models is not None else None
-        linker = build_linker(wasm_engine, loaded.component, self._llm.restricted_to(allowed), self._streams)
+        linker = build_linker(
+            wasm_engine, loaded.component, self._llm.restricted_to(allowed), self._streams, self._sequences
+        )
         return App(self, path, loaded, linker)
 
     # -- the llm interface, for host-side callers ---------------------------------------------------------
@@ -177,6 +182,10 @@ class Host:
         frees its engine slot.
         """
         return self._llm.infer_stream(model, prompt, params if params is not None else policy.DEFAULT_PARAMS)
+
+    def open_sequence(self, model: str) -> TokenSequence:
+        """A new, empty `TokenSequence` (the WIT `sequences.sequence`); `close()` frees it."""
+        return self._llm.open_sequence(model)
 
     def tokenize(self, model: str, text: str) -> list[int]:
         return self._llm.tokenize(model, text)
@@ -205,6 +214,7 @@ class Host:
         if ticker is not None:
             ticker.stop()
         self._streams.close()
+        self._sequences.close()
         if engine is not None:
             engine.close()
 
@@ -315,10 +325,10 @@ def _check_component(path: Path, component: Component, engine: WasmEngine) -> No
     unknown = [
         name
         for name in component.type.imports(engine)
-        if name != LLM_INTERFACE and not name.startswith(PROVIDED_IMPORT_PREFIXES)
+        if name not in (LLM_INTERFACE, SEQUENCES_INTERFACE) and not name.startswith(PROVIDED_IMPORT_PREFIXES)
     ]
     if unknown:
         raise LoadError(
             f"{path}: the component imports {', '.join(unknown)}, which this host does not provide "
-            f"(it provides WASI 0.2 and {LLM_INTERFACE})"
+            f"(it provides WASI 0.2, {LLM_INTERFACE} and {SEQUENCES_INTERFACE})"
         )

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from .. import policy
 from ..types import (
     EmbeddingsResult,
+    EngineError,
     InferenceResult,
     InferencingParams,
     ModelInfo,
@@ -19,7 +20,7 @@ from ..types import (
     StreamDone,
     StreamEvent,
 )
-from .base import collect
+from .base import TokenSequence, collect
 from .generation import GenerationText
 
 BOS, EOG, BYTE_OFFSET = 1, 2, 3
@@ -105,6 +106,10 @@ class FakeEngine:
         vectors = [[float(len(t)), float(sum(t.encode()) % 97)] for t in texts]
         count = sum(len(self.tokenize(model, t)) for t in texts)
         return EmbeddingsResult(embeddings=vectors, prompt_token_count=count)
+
+    def open_sequence(self, model: str) -> TokenSequence:
+        self._check(model)
+        raise EngineError('sequences need the llama-cpp engine (set `engine.kind = "llama-cpp"` in the config)')
 
     def close(self) -> None:
         pass

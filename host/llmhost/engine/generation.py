@@ -29,6 +29,8 @@ class GenerationText:
     token_ids: list[int] = field(default_factory=list)
     # token_text_end[i]: length of the generated text once token i's bytes were decoded (for exact rewinds).
     token_text_end: list[int] = field(default_factory=list)
+    # token_complete[i]: no character was left incomplete after token i (its bytes are all in the text).
+    token_complete: list[bool] = field(default_factory=list)
     text_len: int = 0  # characters decoded so far (before stop cutting)
     released: list[str] = field(default_factory=list)
     released_len: int = 0
@@ -57,10 +59,12 @@ class GenerationText:
         if end_of_generation:
             # The end-of-generation token's own text (e.g. "<end_of_turn>") is never part of the output.
             self.token_text_end.append(self.text_len)
+            self.token_complete.append(not self._utf8.pending())
             return self._finish(FinishReason.STOP)
         decoded = self._utf8.push(piece)
         self.text_len += len(decoded)
         self.token_text_end.append(self.text_len)
+        self.token_complete.append(not self._utf8.pending())
         scan = self._stops.push(decoded)
         if scan.stopped:
             self.stopped_by_sequence = True

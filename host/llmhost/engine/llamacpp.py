@@ -1,17 +1,18 @@
 """The llama.cpp backend, on llama-cpp-python's low-level API (batch + llama_decode, sampler chains, KV trims).
 
-One llama context per model holds `slots` sequences (a seq_id each). A generation holds a slot for its
-lifetime; every step (decode one batch, sample) runs under the model's lock, so generations of one model
-interleave safely. Continuous batching (several slots in one decode) extends `LlamaModel.step`-style calls.
+One llama context per model holds `slots` sequence slots (a seq_id each) in a unified KV cache of
+`context-length × slots` cells, so every resident sequence can use its whole window. Sequences (a running
+`infer`, or a guest's `sequence`) attach to a slot while they need one; when all slots are taken, the least
+recently used idle sequence is swapped out to host memory and restored on its next use. Every llama.cpp call
+runs under the model's lock; generations interleave step by step (see llama_sequence.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +26,11 @@ from ..types import (
     InvalidInput,
     ModelInfo,
     ModelNotSupported,
-    StreamDone,
-    StreamEvent,
 )
 from .base import collect
-from .generation import GenerationText
+from .llama_sequence import LlamaGeneration, LlamaSequence
 from .models import resolve_model_path
-from .sampling import build_sampler
+from .sequence_state import SeqState, attribute_text
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +67,7 @@ def llama_lib() -> Any:
 
 
 class LlamaModel:
-    """A loaded model: weights, vocabulary, one context with `config.slots` sequence slots."""
+    """A loaded model: weights, vocabulary, one context, and its pool of sequence slots."""
 
     def __init__(self, name: str, config: ModelConfig, path: Path) -> None:
         lib = llama_lib()
@@ -83,14 +82,14 @@ class LlamaModel:
             raise EngineError(f"llama.cpp could not load {path} (check `models.{name}.path`)")
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
-        self.n_ctx = config.context_length
+        self.n_ctx = config.context_length  # the window of one sequence
         self.n_batch = min(config.batch_size, self.n_ctx)
         cparams = lib.llama_context_default_params()
-        cparams.n_ctx = self.n_ctx
+        cparams.n_ctx = self.n_ctx * config.slots
         cparams.n_batch = self.n_batch
         cparams.n_ubatch = self.n_batch
         cparams.n_seq_max = config.slots
-        cparams.kv_unified = True  # slots share the window; seq_cp is metadata-only
+        cparams.kv_unified = True  # one cell pool for all slots: seq_cp (fork) copies no data
         cparams.n_threads = config.threads
         cparams.n_threads_batch = config.threads
         cparams.no_perf = True
@@ -98,39 +97,118 @@ class LlamaModel:
         if not self.ctx:
             lib.llama_model_free(self.model)
             raise EngineError(
-                f"llama.cpp could not create a context of {self.n_ctx} tokens for {name} "
-                f"(lower `models.{name}.context-length`)"
+                f"llama.cpp could not create a context of {self.n_ctx} × {config.slots} tokens for {name} "
+                f"(lower `models.{name}.context-length` or `models.{name}.slots`)"
             )
         self.memory = lib.llama_get_memory(self.ctx)
         self.batch = lib.llama_batch_init(self.n_batch, 0, 1)
         self._free_slots = list(range(config.slots))
+        self._holders: dict[int, SeqState] = {}
+        self._slot_freed = threading.Condition(self.lock)
+        self._embed_ctx: Any = None
         # Tokens run through the model so far (prefill and decode): what generations cost, for tests and stats.
         self.evaluated_tokens = 0
-        self._slot_available = threading.Condition(self.lock)
-        self._embed_ctx: Any = None
+        self.swaps_out = 0
 
     # --- slots -------------------------------------------------------------------------------------------
-    def acquire_slot(self) -> int:
-        with self._slot_available:
-            if not self._slot_available.wait_for(lambda: self._free_slots, timeout=policy.SLOT_WAIT_TIMEOUT_S):
-                raise EngineError(
-                    f"all {self.config.slots} sequence slots of {self.name} stayed busy for "
-                    f"{policy.SLOT_WAIT_TIMEOUT_S:.0f} s (raise `models.{self.name}.slots` in the config)"
-                )
-            seq = self._free_slots.pop(0)
-            self.lib.llama_memory_seq_rm(self.memory, seq, 0, -1)
-            return seq
-
     @property
     def free_slots(self) -> int:
         with self.lock:
             return len(self._free_slots)
 
-    def release_slot(self, seq: int) -> None:
-        with self._slot_available:
-            self.lib.llama_memory_seq_rm(self.memory, seq, 0, -1)
-            self._free_slots.append(seq)
-            self._slot_available.notify()
+    def attach(self, state: SeqState) -> int:
+        """Give `state` a slot holding its KV cache (restoring it if it was swapped out); returns the slot."""
+        with self.lock:
+            state.touch()
+            if state.slot is not None:
+                return state.slot
+            slot = self._take_slot()
+            state.slot = slot
+            self._holders[slot] = state
+            if state.saved is not None:
+                data, state.saved = state.saved, None
+                buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+                if self.lib.llama_state_seq_set_data(self.ctx, buf, len(data), slot) != len(data):
+                    state.n_kv = 0  # restore failed: the tokens are re-evaluated on demand (slower, still exact)
+                    self.lib.llama_memory_seq_rm(self.memory, slot, 0, -1)
+            else:
+                state.n_kv = 0
+            return slot
+
+    def _take_slot(self) -> int:
+        def available() -> bool:
+            return bool(self._free_slots) or any(not s.busy for s in self._holders.values())
+
+        if not self._slot_freed.wait_for(available, timeout=policy.SLOT_WAIT_TIMEOUT_S):
+            raise EngineError(
+                f"all {self.config.slots} sequence slots of {self.name} stayed busy generating for "
+                f"{policy.SLOT_WAIT_TIMEOUT_S:.0f} s (raise `models.{self.name}.slots` in the config)"
+            )
+        if not self._free_slots:
+            victim = min((s for s in self._holders.values() if not s.busy), key=lambda s: s.last_used)
+            self._swap_out(victim)
+        return self._free_slots.pop(0)
+
+    def _swap_out(self, state: SeqState) -> None:
+        assert state.slot is not None
+        slot = state.slot
+        if state.n_kv > 0:
+            size = self.lib.llama_state_seq_get_size(self.ctx, slot)
+            buf = (ctypes.c_uint8 * size)()
+            written = self.lib.llama_state_seq_get_data(self.ctx, buf, size, slot)
+            state.saved = bytes(buf[:written]) if written else None
+            if state.saved is None:
+                state.n_kv = 0
+        self.swaps_out += 1
+        self._free(state)
+
+    def _free(self, state: SeqState) -> None:
+        assert state.slot is not None
+        self.lib.llama_memory_seq_rm(self.memory, state.slot, 0, -1)
+        self._holders.pop(state.slot, None)
+        self._free_slots.append(state.slot)
+        state.slot = None
+        self._slot_freed.notify()
+
+    def detach(self, state: SeqState) -> None:
+        """Forget `state` entirely (its owner is gone): free its slot and any saved KV."""
+        with self.lock:
+            state.saved = None
+            state.busy = False
+            if state.slot is not None:
+                self._free(state)
+            else:
+                self._slot_freed.notify()
+
+    def release(self, state: SeqState) -> None:
+        """`state` stops generating: it may be swapped out again."""
+        with self.lock:
+            state.busy = False
+            self._slot_freed.notify()
+
+    def fork(self, source: SeqState) -> SeqState:
+        """A new sequence sharing `source`'s KV cache: metadata-only copy in the unified cache."""
+        with self.lock:
+            source.busy = True  # not swapped out while the copy takes a slot
+            try:
+                self.attach(source)
+                copy = SeqState(list(source.tokens), list(source.token_texts), list(source.logprobs), n_kv=source.n_kv)
+                self.attach(copy)
+                copy.n_kv = source.n_kv
+                assert source.slot is not None and copy.slot is not None
+                self.lib.llama_memory_seq_cp(self.memory, source.slot, copy.slot, 0, -1)
+                return copy
+            finally:
+                source.busy = False
+
+    def trim(self, state: SeqState, count: int) -> None:
+        """Rewind `state` to its first `count` tokens, keeping the KV cache of that prefix."""
+        with self.lock:
+            if state.saved is not None:
+                self.attach(state)  # restore, then cut: the saved bytes cannot be cut in place
+            state.truncate(count)
+            if state.slot is not None:
+                self.lib.llama_memory_seq_rm(self.memory, state.slot, state.n_kv, -1)
 
     # --- vocabulary --------------------------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
@@ -152,30 +230,61 @@ class LlamaModel:
             n = self.lib.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
         return buf.raw[:n]
 
+    def texts_of(self, tokens: list[int], text: str) -> list[str]:
+        return attribute_text([self.piece(t) for t in tokens], text)
+
     def is_eog(self, token: int) -> bool:
         return bool(self.lib.llama_vocab_is_eog(self.vocab, token))
 
     # --- decoding ----------------------------------------------------------------------------------------
-    def decode(self, seq: int, tokens: list[int], start_pos: int) -> None:
-        """Evaluate `tokens` at positions start_pos.. into `seq`; logits are kept for the last one (row -1)."""
-        lib, batch = self.lib, self.batch
-        for offset in range(0, len(tokens), self.n_batch):
-            chunk = tokens[offset : offset + self.n_batch]
-            last_chunk = offset + self.n_batch >= len(tokens)
+    def evaluate(self, state: SeqState, upto: int) -> None:
+        """Run tokens[n_kv:upto] of `state` through the model (in batch-size chunks); the logits of the last
+        one are kept (row -1) when any token was evaluated. Caller holds the lock; `state` is attached."""
+        lib, batch, seq = self.lib, self.batch, state.slot
+        assert seq is not None
+        while state.n_kv < upto:
+            chunk = state.tokens[state.n_kv : min(upto, state.n_kv + self.n_batch)]
             for i, tok in enumerate(chunk):
                 batch.token[i] = tok
-                batch.pos[i] = start_pos + offset + i
+                batch.pos[i] = state.n_kv + i
                 batch.n_seq_id[i] = 1
                 batch.seq_id[i][0] = seq
-                batch.logits[i] = 1 if last_chunk and i == len(chunk) - 1 else 0
+                batch.logits[i] = 1 if i == len(chunk) - 1 else 0
             batch.n_tokens = len(chunk)
             rc = lib.llama_decode(self.ctx, batch)
             if rc != 0:
                 raise EngineError(f"llama_decode failed with code {rc} (context of {self.n_ctx} tokens)")
+            state.n_kv += len(chunk)
+            state.evaluated += len(chunk)
             self.evaluated_tokens += len(chunk)
+
+    def logits_ready(self, state: SeqState) -> None:
+        """Make the next-token logits of `state` the current output row: evaluate everything, and re-evaluate
+        the last token if it was already in the cache (its logits are gone once anything else ran)."""
+        if state.n_kv >= len(state.tokens):
+            state.n_kv = len(state.tokens) - 1
+            assert state.slot is not None
+            self.lib.llama_memory_seq_rm(self.memory, state.slot, state.n_kv, -1)
+        self.evaluate(state, len(state.tokens))
 
     def sample(self, sampler: Any) -> int:
         return int(self.lib.llama_sampler_sample(sampler, self.ctx, -1))
+
+    def logprob(self, token: int) -> float:
+        """log p(token) under the model's raw distribution at the current output row."""
+        import numpy as np
+
+        logits = np.ctypeslib.as_array(self.lib.llama_get_logits_ith(self.ctx, -1), shape=(self.n_vocab,))
+        top = float(logits.max())
+        return float(logits[token]) - top - float(np.log(np.exp(logits - top).sum()))
+
+    def next_logits(self, state: SeqState) -> list[float]:
+        """The model's next-token logits after `state` (for checks that state equals text)."""
+        with self.lock:
+            self.attach(state)
+            self.logits_ready(state)
+            ptr = self.lib.llama_get_logits_ith(self.ctx, -1)
+            return [float(ptr[i]) for i in range(self.n_vocab)]
 
     # --- embeddings --------------------------------------------------------------------------------------
     def embed(self, texts: list[str]) -> EmbeddingsResult:
@@ -240,82 +349,6 @@ class LlamaModel:
                 self.ctx = None
 
 
-class LlamaGeneration:
-    """One generation in its own slot. Each `next()` runs one step (prefill, or decode the last token) under the
-    model lock, samples, and returns the next certain chunk; the final event is `StreamDone`."""
-
-    def __init__(self, model: LlamaModel, prompt_tokens: list[int], params: InferencingParams) -> None:
-        self._model = model
-        self._prompt = prompt_tokens
-        self._params = params
-        self._state = GenerationText(params.stop, len(prompt_tokens), params.max_tokens)
-        self._seq: int | None = None
-        self._sampler: Any = None
-        self._last_token: int | None = None
-        self._pos = 0
-        self._done_event: StreamDone | None = None
-        self.finished = False
-
-    def __iter__(self) -> Iterator[StreamEvent]:
-        return self
-
-    def __next__(self) -> StreamEvent:
-        while not self.finished:
-            if self._done_event is not None:
-                event, self._done_event = self._done_event, None
-                self.close()
-                return event
-            step = self._step()
-            if step.finish is not None:
-                self._done_event = StreamDone(finish_reason=step.finish, usage=self._state.usage)
-            if step.chunk is not None:
-                return step.chunk
-        raise StopIteration
-
-    def _start(self) -> None:
-        model = self._model
-        self._seq = model.acquire_slot()
-        self._sampler = build_sampler(model.lib, model.n_vocab, self._params)
-        for tok in self._prompt:  # the repeat penalty sees the prompt too
-            model.lib.llama_sampler_accept(self._sampler, tok)
-        model.decode(self._seq, self._prompt, 0)
-        self._pos = len(self._prompt)
-
-    def _step(self) -> Any:
-        model = self._model
-        with model.lock:
-            if self._seq is None:
-                self._start()
-            elif self._last_token is not None:
-                model.decode(self._seq, [self._last_token], self._pos)
-                self._pos += 1
-            assert self._seq is not None
-            token = model.sample(self._sampler)
-        self._last_token = token
-        # The window is full when this token could not be decoded to get another after it.
-        context_full = len(self._prompt) + len(self._state.token_ids) + 1 >= model.n_ctx
-        return self._state.on_token(
-            token, model.piece(token), end_of_generation=model.is_eog(token), context_full=context_full
-        )
-
-    def close(self) -> None:
-        if self.finished:
-            return
-        self.finished = True
-        model = self._model
-        with model.lock:
-            if self._sampler is not None:
-                model.lib.llama_sampler_free(self._sampler)
-                self._sampler = None
-            if self._seq is not None:
-                model.release_slot(self._seq)
-                self._seq = None
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # at interpreter shutdown the library may be gone
-            self.close()
-
-
 class LlamaCppEngine:
     def __init__(self, models: Mapping[str, ModelConfig], cache_dir: Path) -> None:
         self._configs = dict(models)
@@ -355,7 +388,12 @@ class LlamaCppEngine:
         if not tokens:
             raise InvalidInput("prompt is empty and this model adds no beginning-of-sequence token")
         policy.check_prompt_fits(len(tokens), m.n_ctx)
-        return LlamaGeneration(m, tokens, params)
+        state = SeqState(tokens, m.texts_of(tokens, prompt))
+        # A one-off sequence: its slot is freed as soon as the generation ends.
+        return LlamaGeneration(m, state, params, on_end=m.detach)
+
+    def open_sequence(self, model: str) -> LlamaSequence:
+        return LlamaSequence(self.model(model))
 
     def infer(self, model: str, prompt: str, params: InferencingParams) -> InferenceResult:
         return collect(self.stream(model, prompt, params))

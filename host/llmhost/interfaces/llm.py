@@ -9,7 +9,7 @@ from typing import Any
 from wasmtime.component import FuncType, LinkerInstance, ResourceType
 
 from .. import abi, policy
-from ..engine.base import Engine, Generation
+from ..engine.base import Engine, Generation, TokenSequence
 from ..types import EmbeddingsResult, InferenceResult, InferencingParams, ModelInfo, ModelNotSupported
 from .streams import StreamTable
 
@@ -57,6 +57,10 @@ class LlmService:
         self._check_allowed(model)
         policy.validate_params(params)
         return self._engine().stream(model, prompt, params)
+
+    def open_sequence(self, model: str) -> TokenSequence:
+        self._check_allowed(model)
+        return self._engine().open_sequence(model)
 
     def tokenize(self, model: str, text: str) -> list[int]:
         self._check_allowed(model)

@@ -1,22 +1,49 @@
-"""A component linker with everything the host provides: WASI 0.2 and the `llm` interface."""
+"""A component linker with everything the host provides: WASI 0.2 and the `llm` and `sequences` interfaces."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 from wasmtime import Engine
-from wasmtime.component import Component, Linker
+from wasmtime.component import Component, FuncType, Linker, LinkerInstance
 
 from .. import abi
 from ..interfaces.llm import INTERFACE as LLM_INTERFACE
 from ..interfaces.llm import LlmService, define_llm
+from ..interfaces.sequences import INTERFACE as SEQUENCES_INTERFACE
+from ..interfaces.sequences import SequenceTable, define_sequences
 from ..interfaces.streams import StreamTable
 
+# Defines one more WIT interface in a linker instance, given the functions the component imports from it.
+InterfaceDefiner = Callable[[LinkerInstance, dict[str, FuncType]], None]
 
-def build_linker(engine: Engine, component: Component, llm: LlmService, streams: StreamTable) -> Linker:
-    """A linker for one component: host functions are typed by that component's imports (see `abi`)."""
+
+def build_linker(
+    engine: Engine,
+    component: Component,
+    llm: LlmService,
+    streams: StreamTable,
+    sequences: SequenceTable | None = None,
+    *,
+    extra: Mapping[str, InterfaceDefiner] | None = None,
+) -> Linker:
+    """A linker for one component: host functions are typed by that component's imports (see `abi`).
+
+    `extra`: more interfaces, by full name (e.g. `llmhost:llm/http@0.1.0`), each defined only if imported.
+    """
     linker = Linker(engine)
     linker.add_wasip2()
     imported = abi.imported_functions(component, engine, LLM_INTERFACE)
     if imported:
         with linker.root() as root, root.add_instance(LLM_INTERFACE) as instance:
             define_llm(instance, llm, streams, imported)
+    imported = abi.imported_functions(component, engine, SEQUENCES_INTERFACE)
+    if imported and sequences is not None:
+        with linker.root() as root, root.add_instance(SEQUENCES_INTERFACE) as instance:
+            define_sequences(instance, llm, sequences, streams, imported)
+    for name, define in (extra or {}).items():
+        if name in component.type.imports(engine):
+            functions = abi.imported_functions(component, engine, name)
+            with linker.root() as root, root.add_instance(name) as instance:
+                define(instance, functions)
     return linker

@@ -8,6 +8,9 @@ fake engine (tests/integration) and the real llama.cpp engine (tests/e2e):
     stream-idle MODEL PROMPT SECONDS   read one event, sleep, then call next() again
     infer MODEL PROMPT [PARAMS_JSON]   PARAMS_JSON: "none", or an object of WIT field names (kebab-case)
                                        overriding the WIT defaults, e.g. {"max-tokens": 8, "stop": ["\\n"]}
+    seq MODEL SCRIPT_JSON              run a script of `sequences` calls, e.g. [["open", "a"], ["append", "a", "Hi"],
+                                       ["generate", "a", PARAMS], ["fork", "a", "b"], ["text", "b"]]: one result per
+                                       step ({"ok": ...} or {"err": ...}); the rest of the steps still run
     tokenize MODEL TEXT
     info MODEL
     embed MODEL TEXT...
@@ -31,7 +34,7 @@ import sys
 
 from componentize_py_types import Err
 from wit_world import WitWorld
-from wit_world.imports import llm
+from wit_world.imports import llm, sequences
 
 # The WIT defaults (the `inferencing-params` doc); PARAMS_JSON overrides any of them.
 DEFAULT_PARAMS = {
@@ -131,6 +134,62 @@ def op_stream_idle(model, prompt, seconds):
     return {"first": first, "second": second}
 
 
+def op_seq(model, script):
+    held = {}
+
+    def step(op, name, *args):
+        if op == "open":
+            held[name] = sequences.Sequence.open(args[0] if args else model)
+            return None
+        seq = held[name]
+        if op == "append":
+            return seq.append(args[0])
+        if op == "append-tokens":
+            return seq.append_tokens(args[0])
+        if op == "generate":
+            result = seq.generate(parse_params(json.dumps(args[0]) if args else "none"))
+            return {
+                "text": result.text,
+                "finish-reason": result.finish_reason.name.lower().replace("_", "-"),
+                "usage": usage_json(result.usage),
+            }
+        if op == "stream":
+            with seq.generate_stream(parse_params(json.dumps(args[0]) if args else "none")) as stream:
+                events = []
+                limit = args[1] if len(args) > 1 else None  # read at most this many events, then drop the stream
+                while limit is None or len(events) < limit:
+                    event = stream.next()
+                    events.append(event_json(event))
+                    if event is None or isinstance(event, llm.StreamEvent_Done):
+                        break
+            return events
+        if op == "fork":
+            held[args[0]] = seq.fork()
+            return None
+        if op == "truncate":
+            return seq.truncate(args[0])
+        if op == "drop":
+            held.pop(name).__exit__(None, None, None)
+            return None
+        getters = {
+            "text": seq.text,
+            "tokens": seq.token_ids,
+            "len": seq.len,
+            "logprobs": seq.logprobs,
+            "log-likelihood": seq.log_likelihood,
+            "evaluated": seq.evaluated_token_count,
+        }
+        return getters[op]()
+
+    results = []
+    for op, name, *args in json.loads(script):
+        try:
+            results.append({"ok": step(op, name, *args)})
+        except Err as error:
+            results.append({"err": error_json(error)})
+    return results
+
+
 def op_tokenize(model, text):
     return llm.tokenize(model, text)
 
@@ -204,6 +263,7 @@ def op_loop():
 OPERATIONS = {
     "infer": op_infer,
     "stream": op_stream,
+    "seq": op_seq,
     "stream-drop": op_stream_drop,
     "stream-idle": op_stream_idle,
     "tokenize": op_tokenize,
