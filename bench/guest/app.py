@@ -1,12 +1,14 @@
 """Benchmark guest, timing from inside the component and printing JSON:
 `infer MODEL N PROMPT` one greedy `infer` call; `stream MODEL N PROMPT` the same through `infer-stream` (time to
-the first chunk and to `done`); `noop` returns at once (for start-up timing)."""
+the first chunk and to `done`); `list-seq MODEL N PROMPT` / `list-infer MODEL N PROMPT` the numbered-list program
+(guest-examples/continuous) on a sequence / re-sending the whole prompt to `infer` at each step; `noop` returns
+at once (for start-up timing)."""
 
 import json
 import time
 
 from wit_world import WitWorld as _World
-from wit_world.imports import llm
+from wit_world.imports import llm, sequences
 
 
 def greedy(n: str) -> llm.InferencingParams:
@@ -22,11 +24,47 @@ def greedy(n: str) -> llm.InferencingParams:
     )
 
 
+def numbered_list(model: str, items: int, prompt: str, use_sequence: bool) -> dict[str, object]:
+    params = llm.InferencingParams(
+        max_tokens=24,
+        repeat_penalty=1.0,
+        repeat_penalty_last_n_token_count=0,
+        stop=["\n"],
+        temperature=0.0,
+        top_k=0,
+        top_p=1.0,
+        seed=None,
+    )
+    start = time.perf_counter()
+    if use_sequence:
+        with sequences.Sequence.open(model) as seq:
+            seq.append(prompt)
+            for i in range(items):
+                seq.append(f"{i}, ")
+                seq.generate(params)
+                seq.append("\n")
+            text, evaluated, length = seq.text(), seq.evaluated_token_count(), seq.len()
+    else:
+        text, evaluated = prompt, 0
+        for i in range(items):
+            text += f"{i}, "
+            result = llm.infer(model, text, params)
+            # infer evaluates the whole prompt, then every generated token but the last one sampled
+            evaluated += result.usage.prompt_token_count + result.usage.generated_token_count - 1
+            text += result.text + "\n"
+        length = len(llm.tokenize(model, text))
+    elapsed = time.perf_counter() - start
+    return {"seconds": elapsed, "evaluated": evaluated, "length": length, "text": text}
+
+
 class WitWorld(_World):
     def run(self, args: list[str]) -> int:
         if not args or args[0] == "noop":
             return 0
         op, model, n, prompt = args
+        if op in ("list-seq", "list-infer"):
+            print(json.dumps(numbered_list(model, int(n), prompt, op == "list-seq")))
+            return 0
         if op == "stream":
             start = time.perf_counter()
             first = None

@@ -56,3 +56,25 @@ def test_hello_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: Host) 
     assert text == want.text
     assert finish == f"finish-reason: {want.finish_reason.value}"
     assert usage == f"usage: prompt={want.usage.prompt_token_count} generated={want.usage.generated_token_count}"
+
+
+def test_continuous_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: Host) -> None:
+    commands, expected = readme_blocks("continuous")
+    build, run = run_readme_commands(commands, tmp_path, llmhost_cache_dir)
+    assert build.returncode == 0, build.stderr
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == expected
+    # The same program through the Python API gives the same text, and the costs the guest reports.
+    params = InferencingParams(max_tokens=24, stop=("\n",), temperature=0.0, repeat_penalty=1.1)
+    seq = real_host.open_sequence(MODEL)
+    try:
+        seq.append("What are the most popular types of vehicles?\n")
+        for i in range(5):
+            seq.append(f"{i}, ")
+            seq.generate(params)
+            seq.append("\n")
+        assert run.stdout.startswith(seq.text())
+        assert f"tokens: {len(seq)}\nevaluated: {seq.evaluated_token_count()}\n" in run.stdout
+        assert seq.evaluated_token_count() <= 1.05 * len(seq)
+    finally:
+        seq.close()
