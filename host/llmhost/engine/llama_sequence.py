@@ -1,139 +1,21 @@
-"""Generations and sequences on a `LlamaModel`.
+"""Guest sequences on a `LlamaModel`: a `SeqState` kept between calls, generated from by the scheduler.
 
-A `LlamaGeneration` extends a `SeqState` token by token: each `next()` runs one step under the model's lock
-(evaluate what the state still lacks in the KV cache, sample, account). A one-off `infer` runs on a throw-away
-state; a guest's `sequence` keeps its state between calls, and after each generation its state is rewound so
-that it holds exactly the returned text (see `sequence_state.plan_rewind`).
+After each generation the state is rewound so that it holds exactly the returned text (see
+`sequence_state.plan_rewind`), so the next step continues right after it and pays only for new tokens.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ..types import (
-    FinishReason,
-    InferenceResult,
-    InferencingParams,
-    InvalidInput,
-    StreamDone,
-    StreamEvent,
-    Usage,
-)
+from ..types import InferenceResult, InferencingParams, InvalidInput
 from .base import collect
-from .generation import GenerationText, Step
-from .sampling import build_sampler
-from .sequence_state import SeqState, attribute_text, plan_rewind
+from .scheduler import LlamaGeneration
+from .sequence_state import SeqState, attribute_text
 
 if TYPE_CHECKING:
     from .llamacpp import LlamaModel
-
-
-class LlamaGeneration:
-    def __init__(
-        self,
-        model: LlamaModel,
-        state: SeqState,
-        params: InferencingParams,
-        *,
-        on_end: Callable[[SeqState], None],
-        rewind: bool = False,
-        logprobs: bool = False,
-    ) -> None:
-        self._model = model
-        self._state = state
-        self._params = params
-        self._on_end = on_end
-        self._rewind = rewind
-        self._logprobs = logprobs
-        self._base = len(state.tokens)
-        self._text = GenerationText(params.stop, self._base, params.max_tokens)
-        self._sampler: Any = None
-        self._started = False
-        self._eog = False
-        self._done_event: StreamDone | None = None
-        self.finished = False
-
-    @property
-    def usage(self) -> Usage:
-        return self._text.usage
-
-    def __iter__(self) -> Iterator[StreamEvent]:
-        return self
-
-    def __next__(self) -> StreamEvent:
-        while not self.finished:
-            if self._done_event is not None:
-                event, self._done_event = self._done_event, None
-                self.close()
-                return event
-            if not self._started and len(self._state.tokens) >= self._model.n_ctx:
-                # A sequence that already fills its window: nothing can be generated.
-                self._done_event = StreamDone(finish_reason=FinishReason.LENGTH, usage=self._text.usage)
-                continue
-            step = self._step()
-            if step.finish is not None:
-                self._done_event = StreamDone(finish_reason=step.finish, usage=self._text.usage)
-            if step.chunk is not None:
-                return step.chunk
-        raise StopIteration
-
-    def _step(self) -> Step:
-        model, state = self._model, self._state
-        with model.lock:
-            if not self._started:
-                self._started = True
-                state.busy = True
-                model.attach(state)
-                self._sampler = build_sampler(model.lib, model.n_vocab, self._params)
-                for tok in state.tokens[-max(1, self._params.repeat_penalty_last_n_token_count) :]:
-                    model.lib.llama_sampler_accept(self._sampler, tok)  # the penalty window includes the prompt
-                model.logits_ready(state)
-            else:
-                model.attach(state)
-                model.evaluate(state, len(state.tokens))  # the token sampled last step
-            token = model.sample(self._sampler)
-            logprob = model.logprob(token) if self._logprobs else None
-        state.append([token], [""], [logprob])
-        self._eog = model.is_eog(token)
-        return self._text.on_token(
-            token,
-            model.piece(token),
-            end_of_generation=self._eog,
-            context_full=len(state.tokens) >= model.n_ctx,
-        )
-
-    def close(self) -> None:
-        """End (or cancel) the generation: no further decode steps; rewind the state to the returned text."""
-        if self.finished:
-            return
-        self.finished = True
-        model, state = self._model, self._state
-        with model.lock:
-            if self._sampler is not None:
-                model.lib.llama_sampler_free(self._sampler)
-                self._sampler = None
-            if self._rewind:
-                self._rewind_to_returned_text()
-            self._on_end(state)
-
-    def _rewind_to_returned_text(self) -> None:
-        """After a stop inside a token (or a cancel, or end-of-generation), drop the tokens whose text was not
-        returned, and feed the kept part of a cut token's text back as tokens, so state equals text."""
-        model, state = self._model, self._state
-        plan = plan_rewind(self._text, self._eog and self._text.finish_reason is not None)
-        kept = self._base + plan.keep
-        model.trim(state, kept)  # kept tokens keep their KV cache
-        state.token_texts[self._base : kept] = plan.kept_texts
-        if plan.remainder:
-            tokens = model.tokenize(plan.remainder, add_special=False)
-            state.append(tokens, model.texts_of(tokens, plan.remainder))
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # at interpreter shutdown the library may be gone
-            self.close()
 
 
 class LlamaSequence:
@@ -195,7 +77,7 @@ class LlamaSequence:
         with model.lock:
             state.append(tokens, texts)
             # Evaluate now, all but the last token: the next generation evaluates that one to get its logits.
-            model.attach(state)
+            model.slots.attach(state)
             model.evaluate(state, len(state.tokens) - 1)
 
     def generate_stream(self, params: InferencingParams) -> LlamaGeneration:
@@ -203,7 +85,9 @@ class LlamaSequence:
         if not self._state.tokens:
             raise InvalidInput("the sequence is empty: append a prompt before generating")
         self._state.busy = True  # reserved at once, so two generations cannot start on one sequence
-        return LlamaGeneration(self._model, self._state, params, on_end=self._model.release, rewind=True, logprobs=True)
+        return LlamaGeneration(
+            self._model, self._state, params, on_end=self._model.slots.release, rewind=True, logprobs=True
+        )
 
     def generate(self, params: InferencingParams) -> InferenceResult:
         return collect(self.generate_stream(params))
@@ -212,16 +96,16 @@ class LlamaSequence:
         self._check_idle()
         if count > len(self._state.tokens):
             raise InvalidInput(f"token-count {count} is longer than the sequence ({len(self._state.tokens)} tokens)")
-        self._model.trim(self._state, count)
+        self._model.slots.trim(self._state, count)
 
     def fork(self) -> LlamaSequence:
         self._check_idle()
-        return LlamaSequence(self._model, self._model.fork(self._state))
+        return LlamaSequence(self._model, self._model.slots.fork(self._state))
 
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            self._model.detach(self._state)
+            self._model.slots.detach(self._state)
 
     def _check_idle(self) -> None:
         if self.closed:

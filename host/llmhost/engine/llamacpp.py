@@ -4,7 +4,8 @@ One llama context per model holds `slots` sequence slots (a seq_id each) in a un
 `context-length × slots` cells, so every resident sequence can use its whole window. Sequences (a running
 `infer`, or a guest's `sequence`) attach to a slot while they need one; when all slots are taken, the least
 recently used idle sequence is swapped out to host memory and restored on its next use. Every llama.cpp call
-runs under the model's lock; generations interleave step by step (see llama_sequence.py).
+runs under the model's lock; a scheduler thread decodes every running generation in one batch per step
+(scheduler.py); slots.py keeps the slots; llama_sequence.py has the guest-facing sequences.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from ..types import (
     ModelNotSupported,
 )
 from .base import collect
-from .llama_sequence import LlamaGeneration, LlamaSequence
+from .llama_sequence import LlamaSequence
 from .models import resolve_model_path
+from .scheduler import LlamaGeneration, Row, Scheduler
 from .sequence_state import SeqState, attribute_text
+from .slots import SlotPool
 
 log = logging.getLogger(__name__)
 
@@ -102,113 +105,23 @@ class LlamaModel:
             )
         self.memory = lib.llama_get_memory(self.ctx)
         self.batch = lib.llama_batch_init(self.n_batch, 0, 1)
-        self._free_slots = list(range(config.slots))
-        self._holders: dict[int, SeqState] = {}
-        self._slot_freed = threading.Condition(self.lock)
+        self.scheduler = Scheduler(self)
+        self.slots = SlotPool(lib, self.ctx, config.slots, self.lock, name, on_free=self.scheduler.wake)
         self._embed_ctx: Any = None
         # Tokens run through the model so far (prefill and decode): what generations cost, for tests and stats.
         self.evaluated_tokens = 0
-        self.swaps_out = 0
 
-    # --- slots -------------------------------------------------------------------------------------------
     @property
     def free_slots(self) -> int:
-        with self.lock:
-            return len(self._free_slots)
+        return self.slots.available
 
-    def attach(self, state: SeqState) -> int:
-        """Give `state` a slot holding its KV cache (restoring it if it was swapped out); returns the slot."""
-        with self.lock:
-            state.touch()
-            if state.slot is not None:
-                return state.slot
-            slot = self._take_slot()
-            state.slot = slot
-            self._holders[slot] = state
-            if state.saved is not None:
-                data, state.saved = state.saved, None
-                buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-                if self.lib.llama_state_seq_set_data(self.ctx, buf, len(data), slot) != len(data):
-                    state.n_kv = 0  # restore failed: the tokens are re-evaluated on demand (slower, still exact)
-                    self.lib.llama_memory_seq_rm(self.memory, slot, 0, -1)
-            else:
-                state.n_kv = 0
-            return slot
+    @property
+    def swaps_out(self) -> int:
+        return self.slots.swaps_out
 
-    def _take_slot(self) -> int:
-        def available() -> bool:
-            return bool(self._free_slots) or any(not s.busy for s in self._holders.values())
-
-        if not self._slot_freed.wait_for(available, timeout=policy.SLOT_WAIT_TIMEOUT_S):
-            raise EngineError(
-                f"all {self.config.slots} sequence slots of {self.name} stayed busy generating for "
-                f"{policy.SLOT_WAIT_TIMEOUT_S:.0f} s (raise `models.{self.name}.slots` in the config)"
-            )
-        if not self._free_slots:
-            victim = min((s for s in self._holders.values() if not s.busy), key=lambda s: s.last_used)
-            self._swap_out(victim)
-        return self._free_slots.pop(0)
-
-    def _swap_out(self, state: SeqState) -> None:
-        assert state.slot is not None
-        slot = state.slot
-        if state.n_kv > 0:
-            size = self.lib.llama_state_seq_get_size(self.ctx, slot)
-            buf = (ctypes.c_uint8 * size)()
-            written = self.lib.llama_state_seq_get_data(self.ctx, buf, size, slot)
-            state.saved = bytes(buf[:written]) if written else None
-            if state.saved is None:
-                state.n_kv = 0
-        self.swaps_out += 1
-        self._free(state)
-
-    def _free(self, state: SeqState) -> None:
-        assert state.slot is not None
-        self.lib.llama_memory_seq_rm(self.memory, state.slot, 0, -1)
-        self._holders.pop(state.slot, None)
-        self._free_slots.append(state.slot)
-        state.slot = None
-        self._slot_freed.notify()
-
-    def detach(self, state: SeqState) -> None:
-        """Forget `state` entirely (its owner is gone): free its slot and any saved KV."""
-        with self.lock:
-            state.saved = None
-            state.busy = False
-            if state.slot is not None:
-                self._free(state)
-            else:
-                self._slot_freed.notify()
-
-    def release(self, state: SeqState) -> None:
-        """`state` stops generating: it may be swapped out again."""
-        with self.lock:
-            state.busy = False
-            self._slot_freed.notify()
-
-    def fork(self, source: SeqState) -> SeqState:
-        """A new sequence sharing `source`'s KV cache: metadata-only copy in the unified cache."""
-        with self.lock:
-            source.busy = True  # not swapped out while the copy takes a slot
-            try:
-                self.attach(source)
-                copy = SeqState(list(source.tokens), list(source.token_texts), list(source.logprobs), n_kv=source.n_kv)
-                self.attach(copy)
-                copy.n_kv = source.n_kv
-                assert source.slot is not None and copy.slot is not None
-                self.lib.llama_memory_seq_cp(self.memory, source.slot, copy.slot, 0, -1)
-                return copy
-            finally:
-                source.busy = False
-
-    def trim(self, state: SeqState, count: int) -> None:
-        """Rewind `state` to its first `count` tokens, keeping the KV cache of that prefix."""
-        with self.lock:
-            if state.saved is not None:
-                self.attach(state)  # restore, then cut: the saved bytes cannot be cut in place
-            state.truncate(count)
-            if state.slot is not None:
-                self.lib.llama_memory_seq_rm(self.memory, state.slot, state.n_kv, -1)
+    @property
+    def reused_prompt_tokens(self) -> int:
+        return self.slots.reused_prompt_tokens
 
     # --- vocabulary --------------------------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
@@ -238,51 +151,79 @@ class LlamaModel:
 
     # --- decoding ----------------------------------------------------------------------------------------
     def evaluate(self, state: SeqState, upto: int) -> None:
-        """Run tokens[n_kv:upto] of `state` through the model (in batch-size chunks); the logits of the last
-        one are kept (row -1) when any token was evaluated. Caller holds the lock; `state` is attached."""
-        lib, batch, seq = self.lib, self.batch, state.slot
-        assert seq is not None
+        """Run tokens[n_kv:upto] of `state` through the model now, in batch-size chunks (the logits of the last
+        one are row -1 afterwards). For appends; generations go through the scheduler. Lock held, attached."""
         while state.n_kv < upto:
             chunk = state.tokens[state.n_kv : min(upto, state.n_kv + self.n_batch)]
-            for i, tok in enumerate(chunk):
-                batch.token[i] = tok
-                batch.pos[i] = state.n_kv + i
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = seq
-                batch.logits[i] = 1 if i == len(chunk) - 1 else 0
-            batch.n_tokens = len(chunk)
-            rc = lib.llama_decode(self.ctx, batch)
-            if rc != 0:
-                raise EngineError(f"llama_decode failed with code {rc} (context of {self.n_ctx} tokens)")
+            self._decode([(state, chunk)], logits_rows={len(chunk) - 1})
             state.n_kv += len(chunk)
             state.evaluated += len(chunk)
             self.evaluated_tokens += len(chunk)
 
-    def logits_ready(self, state: SeqState) -> None:
-        """Make the next-token logits of `state` the current output row: evaluate everything, and re-evaluate
-        the last token if it was already in the cache (its logits are gone once anything else ran)."""
-        if state.n_kv >= len(state.tokens):
-            state.n_kv = len(state.tokens) - 1
+    def decode_rows(self, rows: list[Row]) -> list[Row]:
+        """Decode one scheduler step: every row's tokens of its sequence in one batch. Rows that ask to sample
+        get `sample_at` set to their batch index. When llama.cpp finds no room in the KV cache (code 1), the
+        batch is shrunk (prefill chunks dropped from the end) and retried; what was left out runs next step."""
+        while rows:
+            plan: list[tuple[SeqState, list[int]]] = []
+            logits_rows: set[int] = set()
+            index = 0
+            for row in rows:
+                plan.append((row.job.state, row.tokens))
+                index += len(row.tokens)
+                if row.sample_at is not None:
+                    row.sample_at = index - 1
+                    logits_rows.add(index - 1)
+            rc = self._decode(plan, logits_rows, raise_on_full=False)
+            if rc == 0:
+                for row in rows:
+                    row.job.state.n_kv += len(row.tokens)
+                    row.job.state.evaluated += len(row.tokens)
+                    self.evaluated_tokens += len(row.tokens)
+                return rows
+            rows = rows[: len(rows) // 2] if len(rows) > 1 else []
+        return []
+
+    def _decode(self, plan: list[tuple[SeqState, list[int]]], logits_rows: set[int], raise_on_full: bool = True) -> int:
+        batch = self.batch
+        i = 0
+        for state, tokens in plan:
             assert state.slot is not None
-            self.lib.llama_memory_seq_rm(self.memory, state.slot, state.n_kv, -1)
-        self.evaluate(state, len(state.tokens))
+            for offset, tok in enumerate(tokens):
+                batch.token[i] = tok
+                batch.pos[i] = state.n_kv + offset
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = state.slot
+                batch.logits[i] = 1 if i in logits_rows else 0
+                i += 1
+        batch.n_tokens = i
+        rc = int(self.lib.llama_decode(self.ctx, batch))
+        if rc == 1 and not raise_on_full:
+            return rc
+        if rc != 0:
+            raise EngineError(f"llama_decode failed with code {rc} (context of {self.n_ctx} tokens per sequence)")
+        return rc
 
-    def sample(self, sampler: Any) -> int:
-        return int(self.lib.llama_sampler_sample(sampler, self.ctx, -1))
+    def sample(self, sampler: Any, row: int = -1) -> int:
+        return int(self.lib.llama_sampler_sample(sampler, self.ctx, row))
 
-    def logprob(self, token: int) -> float:
-        """log p(token) under the model's raw distribution at the current output row."""
+    def logprob(self, token: int, row: int = -1) -> float:
+        """log p(token) under the model's raw distribution at output `row`."""
         import numpy as np
 
-        logits = np.ctypeslib.as_array(self.lib.llama_get_logits_ith(self.ctx, -1), shape=(self.n_vocab,))
+        logits = np.ctypeslib.as_array(self.lib.llama_get_logits_ith(self.ctx, row), shape=(self.n_vocab,))
         top = float(logits.max())
         return float(logits[token]) - top - float(np.log(np.exp(logits - top).sum()))
 
     def next_logits(self, state: SeqState) -> list[float]:
         """The model's next-token logits after `state` (for checks that state equals text)."""
         with self.lock:
-            self.attach(state)
-            self.logits_ready(state)
+            self.slots.attach(state)
+            if state.n_kv >= len(state.tokens):
+                state.n_kv = len(state.tokens) - 1
+                assert state.slot is not None
+                self.lib.llama_memory_seq_rm(self.memory, state.slot, state.n_kv, -1)
+            self.evaluate(state, len(state.tokens))
             ptr = self.lib.llama_get_logits_ith(self.ctx, -1)
             return [float(ptr[i]) for i in range(self.n_vocab)]
 
@@ -338,7 +279,9 @@ class LlamaModel:
 
     def close(self) -> None:
         lib = self.lib
+        self.scheduler.stop()  # outside the lock: its last step needs it
         with self.lock:
+            self.slots.close()
             if self._embed_ctx:
                 lib.llama_free(self._embed_ctx)
                 self._embed_ctx = None
@@ -389,8 +332,8 @@ class LlamaCppEngine:
             raise InvalidInput("prompt is empty and this model adds no beginning-of-sequence token")
         policy.check_prompt_fits(len(tokens), m.n_ctx)
         state = SeqState(tokens, m.texts_of(tokens, prompt))
-        # A one-off sequence: its slot is freed as soon as the generation ends.
-        return LlamaGeneration(m, state, params, on_end=m.detach)
+        # A one-off sequence: when it ends, its KV cache stays behind only as a prompt-prefix cache.
+        return LlamaGeneration(m, state, params, on_end=m.slots.retire, reuse_prefix=True)
 
     def open_sequence(self, model: str) -> LlamaSequence:
         return LlamaSequence(self.model(model))

@@ -23,6 +23,8 @@ class SeqState:
     slot: int | None = None
     saved: bytes | None = None  # the slot's KV state in host memory while swapped out
     busy: bool = False  # a generation runs on it: never swapped out
+    cached: bool = False  # the leftover of a finished one-off request: only a prompt-prefix cache
+    reused: int = 0  # prompt tokens taken from a cached prefix instead of being evaluated
     evaluated: int = 0  # tokens run through the model for this sequence (prefill and decode)
     last_used: float = field(default_factory=time.monotonic)
 
@@ -65,14 +67,15 @@ class Rewind:
     remainder: str  # returned text not covered by kept tokens: re-tokenized and fed back
 
 
-def plan_rewind(state: GenerationText, end_of_generation: bool) -> Rewind:
+def plan_rewind(state: GenerationText, end_of_generation: bool, returned: str | None = None) -> Rewind:
     """Keep the longest run of generated tokens whose text lies wholly inside the returned text; the rest of the
     returned text (the kept part of a token a stop sequence began inside) is re-tokenized by the caller.
 
     An end-of-generation token is never kept (its text is not returned), and neither are tokens of a character
-    the token budget cut off.
+    the token budget cut off. `returned`: the text the reader received, when a cancelled stream's reader did not
+    take every chunk the generation released (default: all of it).
     """
-    returned = state.text
+    returned = state.text if returned is None else returned
     cut = len(returned)
     limit = len(state.token_ids) - (1 if end_of_generation else 0)
     keep = 0

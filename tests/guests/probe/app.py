@@ -113,6 +113,9 @@ def op_stream_drop(model, prompt, n, slots):
     stream = llm.infer_stream(model, prompt, parse_params(GREEDY_FOR_STREAMS))
     read = [event_json(stream.next()) for _ in range(int(n))]
     stream.__exit__(None, None, None)  # drop the handle now, long before the generation would end
+    import time
+
+    time.sleep(0.5)  # a generation that kept running would decode ~15 more tokens meanwhile
     # Every slot at once: only possible if the dropped stream gave its slot back.
     held = [llm.infer_stream(model, prompt, parse_params(GREEDY_FOR_STREAMS)) for _ in range(int(slots))]
     firsts = [event_json(s.next()) for s in held]

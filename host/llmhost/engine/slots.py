@@ -1,0 +1,221 @@
+"""The sequence slots of one llama context: who holds which seq_id, swapping idle sequences out to host memory,
+and reusing a cached prompt prefix for a new request.
+
+A slot holder is a `SeqState`: a running generation (busy: never evicted), a guest's idle sequence (evicted by
+saving its KV state to host memory, restored on next use), or the leftover of a finished one-off request
+(`cached`: kept only as a prompt-prefix cache, discarded when the slot is needed). Callers hold `lock`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .. import policy
+from ..types import EngineError
+from .sequence_state import SeqState
+
+MIN_REUSED_PREFIX = 2  # shorter common prefixes (e.g. just the BOS token) are not worth a copy
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class SlotPool:
+    def __init__(
+        self,
+        lib: Any,
+        ctx: Any,
+        count: int,
+        lock: threading.RLock,
+        name: str,
+        on_free: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._lib = lib
+        self._ctx = ctx
+        self._memory = lib.llama_get_memory(ctx)
+        self.count = count
+        self.lock = lock
+        self._name = name
+        self._on_free = on_free
+        self._free: list[int] = list(range(count))
+        self._holders: dict[int, SeqState] = {}
+        self._freed = threading.Condition(lock)
+        self.swaps_out = 0
+        self.reused_prompt_tokens = 0
+
+    @property
+    def available(self) -> int:
+        """Slots a new sequence can take without waiting: free ones and those holding only a prefix cache."""
+        with self.lock:
+            return len(self._free) + sum(1 for s in self._holders.values() if s.cached)
+
+    # --- taking and giving back ------------------------------------------------------------------------
+    def attach(self, state: SeqState, *, wait: bool = True, reuse_prefix: bool = False) -> bool:
+        """Give `state` a slot holding its KV cache (restoring it if it was swapped out). With `wait=False`,
+        return False instead of waiting when every slot is busy generating."""
+        with self.lock:
+            state.touch()
+            if state.slot is not None:
+                return True
+            if reuse_prefix and state.saved is None and state.n_kv == 0 and self._adopt_prefix(state):
+                return True
+            slot = self._take_slot(wait)
+            if slot is None:
+                return False
+            self._hold(state, slot)
+            if state.saved is not None:
+                data, state.saved = state.saved, None
+                buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+                if self._lib.llama_state_seq_set_data(self._ctx, buf, len(data), slot) != len(data):
+                    state.n_kv = 0  # restore failed: the tokens are re-evaluated on demand (slower, still exact)
+                    self._lib.llama_memory_seq_rm(self._memory, slot, 0, -1)
+            else:
+                state.n_kv = 0
+            return True
+
+    def release(self, state: SeqState) -> None:
+        """`state` stopped generating: it may be swapped out again."""
+        with self.lock:
+            state.busy = False
+            self._notify()
+
+    def retire(self, state: SeqState) -> None:
+        """A one-off request ended: keep its KV cache only as a prompt-prefix cache for later requests."""
+        with self.lock:
+            state.busy = False
+            state.cached = True
+            self._notify()
+
+    def detach(self, state: SeqState) -> None:
+        """Forget `state` entirely (its owner is gone): free its slot and any saved KV."""
+        with self.lock:
+            state.saved = None
+            state.busy = False
+            if state.slot is not None:
+                self._release_slot(state)
+            self._notify()
+
+    def fork(self, source: SeqState) -> SeqState:
+        """A new sequence sharing `source`'s KV cache: a metadata-only copy in the unified cache."""
+        with self.lock:
+            source.busy = True  # not swapped out while the copy takes a slot
+            try:
+                self.attach(source)
+                copy = SeqState(list(source.tokens), list(source.token_texts), list(source.logprobs))
+                self.attach(copy)
+                assert source.slot is not None and copy.slot is not None
+                self._lib.llama_memory_seq_cp(self._memory, source.slot, copy.slot, 0, -1)
+                copy.n_kv = source.n_kv
+                return copy
+            finally:
+                source.busy = False
+
+    def trim(self, state: SeqState, count: int) -> None:
+        """Rewind `state` to its first `count` tokens, keeping the KV cache of that prefix."""
+        with self.lock:
+            if state.saved is not None:
+                self.attach(state)  # restore, then cut: the saved bytes cannot be cut in place
+            state.truncate(count)
+            if state.slot is not None:
+                self._lib.llama_memory_seq_rm(self._memory, state.slot, state.n_kv, -1)
+
+    def close(self) -> None:
+        with self.lock:
+            for state in list(self._holders.values()):
+                state.slot = None
+            self._holders.clear()
+
+    # --- internals -------------------------------------------------------------------------------------
+    def _adopt_prefix(self, state: SeqState) -> bool:
+        """Start `state` from the longest prompt prefix an idle holder has in the KV cache."""
+        best: SeqState | None = None
+        best_len = 0
+        for holder in self._holders.values():
+            if not holder.busy:
+                length = common_prefix(holder.tokens[: holder.n_kv], state.tokens)
+                if length > best_len:
+                    best, best_len = holder, length
+        best_len = min(best_len, len(state.tokens) - 1)  # the last prompt token is evaluated for its logits
+        if best is None or best_len < MIN_REUSED_PREFIX:
+            return False
+        if best.cached:
+            slot = best.slot  # take the cache entry's slot over: nothing to copy
+            assert slot is not None
+            self._holders.pop(slot)
+            best.slot = None
+        else:
+            best.busy = True  # an idle sequence: copy its cells into another slot, leaving it intact
+            try:
+                taken = self._take_slot(wait=False)
+            finally:
+                best.busy = False
+            if taken is None:
+                return False
+            slot = taken
+            assert best.slot is not None
+            self._lib.llama_memory_seq_cp(self._memory, best.slot, slot, 0, best_len)
+        self._hold(state, slot)
+        self._lib.llama_memory_seq_rm(self._memory, slot, best_len, -1)
+        state.n_kv = best_len
+        state.reused = best_len
+        self.reused_prompt_tokens += best_len
+        return True
+
+    def _take_slot(self, wait: bool) -> int | None:
+        def available() -> bool:
+            return bool(self._free) or any(not s.busy for s in self._holders.values())
+
+        if not available():
+            if not wait:
+                return None
+            if not self._freed.wait_for(available, timeout=policy.SLOT_WAIT_TIMEOUT_S):
+                raise EngineError(
+                    f"all {self.count} sequence slots of {self._name} stayed busy generating for "
+                    f"{policy.SLOT_WAIT_TIMEOUT_S:.0f} s (raise `models.{self._name}.slots` in the config)"
+                )
+        if not self._free:
+            idle = [s for s in self._holders.values() if not s.busy]
+            # Prefix caches go first (nothing is lost but a cache), then the least recently used sequence.
+            victim = min(idle, key=lambda s: (not s.cached, s.last_used))
+            if victim.cached:
+                self._release_slot(victim)
+            else:
+                self._swap_out(victim)
+        return self._free.pop(0)
+
+    def _hold(self, state: SeqState, slot: int) -> None:
+        state.slot = slot
+        state.cached = False
+        self._holders[slot] = state
+
+    def _swap_out(self, state: SeqState) -> None:
+        assert state.slot is not None
+        slot = state.slot
+        if state.n_kv > 0:
+            size = self._lib.llama_state_seq_get_size(self._ctx, slot)
+            buf = (ctypes.c_uint8 * size)()
+            written = self._lib.llama_state_seq_get_data(self._ctx, buf, size, slot)
+            state.saved = bytes(buf[:written]) if written else None
+            if state.saved is None:
+                state.n_kv = 0
+        self.swaps_out += 1
+        self._release_slot(state)
+
+    def _release_slot(self, state: SeqState) -> None:
+        assert state.slot is not None
+        self._lib.llama_memory_seq_rm(self._memory, state.slot, 0, -1)
+        self._holders.pop(state.slot, None)
+        self._free.append(state.slot)
+        state.slot = None
+
+    def _notify(self) -> None:
+        self._freed.notify_all()
+        self._on_free()

@@ -1,0 +1,171 @@
+"""The served examples with real clients and the real model: their README commands as written (build, serve in
+the background, curl), the official `openai` client against openai-compat, and headless Chromium on chat-http."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from serve_driver import Server, serving
+
+from .test_examples import REPO, readme_blocks
+
+pytestmark = [pytest.mark.model, pytest.mark.wasm]
+README_PORT = "127.0.0.1:8080"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_served_readme(example: str, workdir: Path, cache_dir: Path) -> tuple[list[str], str, str]:
+    """Run the README's commands: `... &` starts the server in the background (on a free port instead of 8080,
+    which may be taken), the rest run in order. Returns the commands, the last command's stdout, the expected."""
+    commands, expected = readme_blocks(example)
+    port = f"127.0.0.1:{free_port()}"
+    env = {k: v for k, v in os.environ.items() if k not in ("LLMHOST_CONFIG", "LLMHOST_LISTEN")}
+    env["LLMHOST_CACHE_DIR"] = str(cache_dir)
+    background: subprocess.Popen[str] | None = None
+    last = ""
+    try:
+        for line in commands:
+            argv = shlex.split(line.replace(README_PORT, port).removesuffix("&").strip())
+            if argv[0].startswith(".venv/"):
+                argv[0] = str(REPO / argv[0])
+            argv = [str(REPO / a) if a.startswith("guest-examples/") else a for a in argv]
+            if line.rstrip().endswith("&"):
+                background = subprocess.Popen(argv, cwd=workdir, env=env, stderr=subprocess.PIPE, text=True)
+                server = Server(background)
+                server.wait_for_line(r"listening on http://", 240)
+                continue
+            done = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, (line, done.stderr)
+            last = done.stdout
+    finally:
+        if background is not None:
+            background.send_signal(signal.SIGTERM)
+            assert background.wait(timeout=30) == 0
+    return commands, last, expected
+
+
+def test_chat_http_readme(tmp_path: Path, llmhost_cache_dir: Path) -> None:
+    commands, output, expected = run_served_readme("chat-http", tmp_path, llmhost_cache_dir)
+    assert [c.split()[1] for c in commands] == ["build", "serve", "-sN"]
+    assert output == expected
+    events = [e for e in output.split("\n\n") if e]
+    assert len(events) == 9 and events[-1].startswith("event: done")
+
+
+def test_openai_compat_readme(tmp_path: Path, llmhost_cache_dir: Path) -> None:
+    _, output, expected = run_served_readme("openai-compat", tmp_path, llmhost_cache_dir)
+
+    def stable(text: str) -> dict[str, object]:
+        value = json.loads(text)
+        assert re.fullmatch(r"cmpl-[0-9a-f]{24}", value.pop("id")) and abs(value.pop("created") - time.time()) < 600
+        return value  # type: ignore[no-any-return]
+
+    assert stable(output) == stable(expected.replace("1795315596", str(int(time.time()))))
+
+
+@pytest.fixture(scope="module")
+def examples_server(http_wasm: dict[str, Path], llmhost_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    config = tmp_path_factory.mktemp("examples") / "llmhost.toml"
+    config.write_text(
+        f"""
+[components.chat]
+source = "{http_wasm["chat-http"]}"
+[components.openai]
+source = "{http_wasm["openai-compat"]}"
+[routes]
+"/" = "chat"
+"/v1" = "openai"
+"""
+    )
+    with serving(["-c", str(config)], llmhost_cache_dir) as server:
+        yield server
+        assert server.stop() == 0
+
+
+def test_openai_client_completions(examples_server: Server) -> None:
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{examples_server.url}/v1", api_key="unused", max_retries=0)
+    prompt = "The capital of France is"
+    whole = client.completions.create(model="gemma-3-270m", prompt=prompt, max_tokens=8, temperature=0)
+    choice = whole.choices[0]
+    assert choice.finish_reason == "length" and choice.text == " the capital of the country of France."
+    assert whole.usage is not None
+    assert (whole.usage.prompt_tokens, whole.usage.completion_tokens, whole.usage.total_tokens) == (6, 8, 14)
+    stopped = client.completions.create(model="gemma-3-270m", prompt=prompt, max_tokens=8, temperature=0, stop=".")
+    assert stopped.choices[0].finish_reason == "stop" and stopped.choices[0].text == " the capital of the country of France"
+    chunks = list(client.completions.create(model="gemma-3-270m", prompt=prompt, max_tokens=8, temperature=0, stream=True))
+    assert len(chunks) > 2  # streamed piece by piece
+    assert "".join(c.choices[0].text for c in chunks) == choice.text
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_openai_client_chat(examples_server: Server) -> None:
+    from openai import NotFoundError, OpenAI
+
+    client = OpenAI(base_url=f"{examples_server.url}/v1", api_key="unused", max_retries=0)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hi."}]
+    whole = client.chat.completions.create(model="gemma-3-270m", messages=messages, max_tokens=12, temperature=0)  # type: ignore[arg-type]
+    message = whole.choices[0].message
+    assert message.role == "assistant" and message.content
+    assert whole.choices[0].finish_reason in ("stop", "length")
+    assert whole.usage is not None and whole.usage.completion_tokens <= 12
+    stream = client.chat.completions.create(
+        model="gemma-3-270m", messages=messages, max_tokens=12, temperature=0, stream=True,  # type: ignore[arg-type]
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == message.content
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == whole.choices[0].finish_reason
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    with pytest.raises(NotFoundError):
+        client.chat.completions.create(model="no-such-model", messages=messages, max_tokens=2)  # type: ignore[arg-type]
+
+
+def test_chat_page_in_headless_chromium(examples_server: Server) -> None:
+    """A person's view: open the page, type, send, and watch the reply arrive in pieces."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    options = webdriver.ChromeOptions()
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(flag)
+    options.binary_location = "/usr/bin/chromium"
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    try:
+        driver.get(examples_server.url + "/")
+        assert driver.title == "llmhost chat"
+        driver.find_element(By.ID, "message").send_keys("Tell me a story about a dragon.")
+        driver.find_element(By.ID, "send").click()
+        WebDriverWait(driver, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".reply[data-done-ms]"))
+        reply = driver.find_element(By.CSS_SELECTOR, ".reply")
+        chunks = int(reply.get_attribute("data-chunks") or 0)
+        first, done = int(reply.get_attribute("data-first-chunk-ms") or 0), int(reply.get_attribute("data-done-ms") or 0)
+        status = driver.find_element(By.CSS_SELECTOR, ".status").text
+        assert reply.text.strip(), "no reply text"
+        assert chunks > 10, chunks  # tokens arrived one event at a time
+        assert first < done / 2, (first, done)  # the first words were on screen long before the reply ended
+        assert status.startswith("finish: ")
+        driver.save_screenshot(str(Path(os.environ.get("TMPDIR", "/tmp")) / "llmhost-chat-page.png"))
+    finally:
+        driver.quit()
