@@ -28,7 +28,10 @@ class ModelConfig(_Section):
     n_gpu_layers: int = Field(0, ge=-1)  # -1 offloads every layer (CUDA build needed)
     threads: int = Field(policy.DEFAULT_THREADS, ge=1)
     batch_size: int = Field(policy.DEFAULT_BATCH_SIZE, ge=1)
-    slots: int = Field(4, ge=1, le=64)  # sequences that may be live in one context at once
+    slots: int = Field(4, ge=1, le=64)  # sequences decoded together / resident in the KV cache at once
+    # Outputs under batching equal outputs run alone (no CPU weight repacking, whose kernels depend on a row's
+    # place in the batch). false: let llama.cpp repack weights, which may be faster on some CPUs.
+    exact_batching: bool = True
 
 
 class LlamaCppEngineConfig(_Section):

@@ -80,6 +80,10 @@ class LlamaModel:
         self.lock = threading.RLock()
         mparams = lib.llama_model_default_params()
         mparams.n_gpu_layers = config.n_gpu_layers if config.n_gpu_layers >= 0 else 2**31 - 1
+        # llama.cpp's CPU weight repacking computes a row with 4-row tiles or single-row kernels depending on
+        # where the row falls in the batch, so a request's logits would depend on what it is batched with.
+        # Without it, every row is computed alike: greedy outputs under batching equal outputs run alone.
+        mparams.use_extra_bufts = not config.exact_batching
         self.model = lib.llama_model_load_from_file(str(path).encode(), mparams)
         if not self.model:
             raise EngineError(f"llama.cpp could not load {path} (check `models.{name}.path`)")
@@ -92,7 +96,7 @@ class LlamaModel:
         cparams.n_batch = self.n_batch
         cparams.n_ubatch = self.n_batch
         cparams.n_seq_max = config.slots
-        cparams.kv_unified = True  # one cell pool for all slots: seq_cp (fork) copies no data
+        cparams.kv_unified = True  # one cell pool for all slots: seq_cp (fork, prefix reuse) copies no data
         cparams.n_threads = config.threads
         cparams.n_threads_batch = config.threads
         cparams.no_perf = True
