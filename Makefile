@@ -8,6 +8,7 @@
 #                      `n-gpu-layers = -1` in the model's config). Sticky: later `make install`/`make test` keep it
 #                      until `make install LLAMA_VARIANT=cpu`.
 #   make bench         benchmarks (bench/run.py; results go to docs/benchmarks.md)
+#   make browser       Debian's chromium + chromedriver for the serve browser test (apt-get; once)
 #   make lint | clean | distclean
 
 SHELL := /bin/bash
@@ -28,7 +29,7 @@ endif
 # Redo the install when the dependencies or the llama.cpp build recipe change (or the variant does).
 STAMP := $(VENV)/.installed-$(LLAMA_VARIANT)
 
-.PHONY: help venv install install-cuda test test-fast lint demo bench clean distclean
+.PHONY: help venv install install-cuda browser test test-fast lint demo bench clean distclean
 
 help:
 	@sed -n '/^#   make /,/^$$/s/^# \{0,1\}//p' Makefile
@@ -59,7 +60,12 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy host/llmhost
 
-test: lint
+# The serve browser test drives Debian's chromium through chromedriver; install them once (CI runs as root).
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver; }
+
+test: lint browser
 	$(BIN)/pytest -q tests
 
 test-fast: install

@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import batching
+
 from llmhost import Host, HostConfig, InferencingParams
 from llmhost.build import build_component
 from llmhost.config import ModelConfig
@@ -245,6 +247,7 @@ def main() -> int:
     env = dict(os.environ, LLMHOST_CACHE_DIR=str(config.cache_dir))
     restart = second_start(wasm, env)
     host.close()
+    batching_rows = batching.run(config, model_path, MODEL, THREADS, N_GPU_LAYERS)
 
     lines = [
         "# Benchmarks",
@@ -291,6 +294,15 @@ def main() -> int:
         "",
         f"Wall-time ratio, re-sending ÷ sequence: **{infer_time / seq_time:.2f}×**.",
         "",
+        "## Continuous batching",
+        "",
+        f"Concurrent greedy streams of {batching.TOKENS} tokens each through the engine (Python API; slots 8, "
+        "context 1024 per slot), the same requests one at a time (serialized), and a bare llama.cpp loop decoding "
+        "the same number of sequences in one batch per step (the ceiling). TTFT: time to the first chunk, from "
+        "the request.",
+        "",
+        *batching_rows,
+        "",
         "## Components",
         "",
         "| measure | value | target |",
@@ -299,6 +311,9 @@ def main() -> int:
         f"| second start: whole `llmhost run APP -- noop` process, compiled component cached | {restart:.2f} s | |",
         "",
     ]
+    from serve import serve_section  # bench/serve.py: `llmhost serve` requests/s, latency, instance cost
+
+    lines += serve_section(config.cache_dir)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines))
     print("\n".join(lines))

@@ -25,6 +25,14 @@ GUEST_SOURCES = {
 }
 
 
+# Guests of the `http-app` world (llmhost serve), built like the others.
+HTTP_GUEST_SOURCES = {
+    "http_probe": REPO / "tests" / "guests" / "http_probe",
+    "chat-http": REPO / "guest-examples" / "chat-http",
+    "openai-compat": REPO / "guest-examples" / "openai-compat",
+}
+
+
 @pytest.fixture(scope="session")
 def llmhost_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shared = os.environ.get("LLMHOST_TEST_CACHE_DIR")
@@ -39,6 +47,18 @@ def guest_wasm(llmhost_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory
         futures = {
             name: pool.submit(build_component, source, out / f"{name}.wasm", cache_dir=llmhost_cache_dir)
             for name, source in GUEST_SOURCES.items()
+        }
+        return {name: future.result() for name, future in futures.items()}
+
+
+@pytest.fixture(scope="session")
+def http_wasm(llmhost_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every `http-app` guest, built once per run (in parallel)."""
+    out = tmp_path_factory.mktemp("http-guests")
+    with ThreadPoolExecutor(max_workers=len(HTTP_GUEST_SOURCES)) as pool:
+        futures = {
+            name: pool.submit(build_component, source, out / f"{name}.wasm", "http-app", cache_dir=llmhost_cache_dir)
+            for name, source in HTTP_GUEST_SOURCES.items()
         }
         return {name: future.result() for name, future in futures.items()}
 

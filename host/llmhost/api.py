@@ -9,7 +9,7 @@ with Host(load_config("llmhost.toml")) as host:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -27,7 +27,7 @@ from .interfaces.sequences import INTERFACE as SEQUENCES_INTERFACE
 from .interfaces.sequences import SequenceTable
 from .interfaces.streams import StreamTable
 from .runtime.components import ComponentCache, LoadedComponent, create_wasmtime_engine, stderr_note
-from .runtime.linker import build_linker
+from .runtime.linker import InterfaceDefiner, build_linker
 from .runtime.sandbox import CapturedOutput, EpochTicker, OutputSink, new_store, sandbox_problems
 from .types import EmbeddingsResult, InferenceResult, InferencingParams, ModelInfo, StreamChunk
 
@@ -66,6 +66,16 @@ class ModelSummary:
     name: str
     context_length: int
     path: Path | None  # None: the built-in default model
+
+
+@dataclass(frozen=True)
+class LinkedComponent:
+    """A compiled component and a linker wired for its imports (see `Host.link`)."""
+
+    engine: WasmEngine
+    component: Component
+    linker: Linker
+    compiled: bool  # whether loading it compiled (False: served from the cache)
 
 
 @dataclass(frozen=True)
@@ -145,19 +155,42 @@ class Host:
         problems = sandbox_problems(self.config.sandbox)
         if problems:
             raise HostError("; ".join(problems))
-        if not path.is_file():
-            raise LoadError(f"{path}: no such file (build one with `llmhost build DIR -o {path.name}`)")
-        wasm_engine, components = self._wasm()
-        try:
-            loaded = components.load(path)
-        except WasmtimeError as error:
-            raise LoadError(f"{path}: not a valid WebAssembly component: {_cause(str(error))}") from None
+        wasm_engine, loaded = self._load_component(path)
         _check_component(path, loaded.component, wasm_engine)
         allowed = frozenset(allowed_models) if allowed_models is not None else None
         linker = build_linker(
             wasm_engine, loaded.component, self._llm.restricted_to(allowed), self._streams, self._sequences
         )
         return App(self, path, loaded, linker)
+
+    def link(
+        self,
+        path: str | Path,
+        *,
+        allowed_models: Iterable[str] | None = None,
+        extra: Mapping[str, InterfaceDefiner] | None = None,
+    ) -> LinkedComponent:
+        """Load (compiling on first use) a component of any world, and a linker providing WASI, the host's
+        interfaces and the `extra` ones (name -> definer). The caller checks the exports it needs and creates its
+        own stores (`runtime.sandbox.new_store`) with their own deadlines, so this also starts the epoch ticker
+        that makes store deadlines expire. `llmhost serve` uses it for the `http-app` world."""
+        path = Path(path)
+        wasm_engine, loaded = self._load_component(path)
+        with self._lock:
+            if self._ticker is None:
+                self._ticker = EpochTicker(wasm_engine)
+        llm = self._llm.restricted_to(frozenset(allowed_models) if allowed_models is not None else None)
+        linker = build_linker(wasm_engine, loaded.component, llm, self._streams, self._sequences, extra=extra)
+        return LinkedComponent(wasm_engine, loaded.component, linker, loaded.compiled)
+
+    def _load_component(self, path: Path) -> tuple[WasmEngine, LoadedComponent]:
+        if not path.is_file():
+            raise LoadError(f"{path}: no such file (build one with `llmhost build DIR -o {path.name}`)")
+        wasm_engine, components = self._wasm()
+        try:
+            return wasm_engine, components.load(path)
+        except WasmtimeError as error:
+            raise LoadError(f"{path}: not a valid WebAssembly component: {_cause(str(error))}") from None
 
     # -- the llm interface, for host-side callers ---------------------------------------------------------
 
@@ -322,13 +355,18 @@ def _check_component(path: Path, component: Component, engine: WasmEngine) -> No
             f"{path}: the component does not export `{RUN_EXPORT}` (it must target the `command` world of "
             "wit/llm.wit; build it with `llmhost build`)"
         )
+    check_imports(path, component, engine, (LLM_INTERFACE, SEQUENCES_INTERFACE))
+
+
+def check_imports(path: object, component: Component, engine: WasmEngine, provided: Sequence[str]) -> None:
+    """Fail at load, naming them, when a component imports interfaces this host does not provide."""
     unknown = [
         name
         for name in component.type.imports(engine)
-        if name not in (LLM_INTERFACE, SEQUENCES_INTERFACE) and not name.startswith(PROVIDED_IMPORT_PREFIXES)
+        if name not in provided and not name.startswith(PROVIDED_IMPORT_PREFIXES)
     ]
     if unknown:
         raise LoadError(
             f"{path}: the component imports {', '.join(unknown)}, which this host does not provide "
-            f"(it provides WASI 0.2, {LLM_INTERFACE} and {SEQUENCES_INTERFACE})"
+            f"(it provides WASI 0.2, {', '.join(provided)})"
         )

@@ -145,15 +145,67 @@ def run(settings: Settings, app: Path, args: tuple[str, ...]) -> None:
     show_envvar=True,
     help="The component to write, e.g. app.wasm.",
 )
+@click.option(
+    "--world",
+    default="command",
+    show_default=True,
+    envvar="LLMHOST_BUILD_WORLD",
+    show_envvar=True,
+    help="The WIT world the guest targets: `command` (llmhost run) or `http-app` (llmhost serve).",
+)
 @click.pass_obj
 @reports_errors
-def build(settings: Settings, app_dir: Path, output: Path) -> None:
+def build(settings: Settings, app_dir: Path, output: Path, world: str) -> None:
     """Build the Python guest in DIR (DIR/app.py) into a component with componentize-py."""
     from .build import build_component
 
     config = settings.config()
-    built = build_component(app_dir, output, cache_dir=config.cache_dir, note=_note)
+    built = build_component(app_dir, output, world, cache_dir=config.cache_dir, note=_note)
     click.echo(str(built))
+
+
+@cli.command()
+@click.argument(
+    "app", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path), envvar="LLMHOST_SERVE_APP"
+)
+@click.option(
+    "--config",
+    "-c",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="LLMHOST_CONFIG",
+    show_envvar=True,
+    help="App config (TOML): routes, components, grants, limits, listen address, models. Overrides llmhost -c.",
+)
+@click.option(
+    "--listen",
+    envvar="LLMHOST_LISTEN",
+    show_envvar=True,
+    help="HOST:PORT to listen on (port 0: any free port) [default: the config's `listen`, else 127.0.0.1:8080].",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+    default="info",
+    show_default=True,
+    envvar="LLMHOST_LOG_LEVEL",
+    show_envvar=True,
+    help="info logs one line per request: method, path, status, duration, tokens.",
+)
+@click.pass_obj
+@reports_errors
+def serve(settings: Settings, app: Path | None, config_path: Path | None, listen: str | None, log_level: str) -> None:
+    """Serve APP.wasm (an `http-app` component) on every path, or the app a config describes.
+
+    Every request gets a fresh sandboxed instance; SIGINT/SIGTERM stop accepting, let in-flight requests finish
+    (bounded by `shutdown-grace-s`) and exit 0.
+    """
+    from .serve import run, settings_for
+
+    if app is None and config_path is None and settings.config_path is None:
+        raise click.UsageError("give APP.wasm, or an app config with -c/--config")
+    serve_settings = settings_for(config_path or settings.config_path, app, listen, settings.cache_dir)
+    sys.exit(run(serve_settings, log_level))
 
 
 @cli.command()

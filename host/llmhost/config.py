@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -93,9 +93,8 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-def load_config(path: Path | str) -> HostConfig:
-    """Read a TOML config; the default model stays available unless the file redefines it."""
-    path = Path(path)
+def read_toml(path: Path) -> dict[str, Any]:
+    """A config file's TOML, with the default model kept available unless the file redefines it."""
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
@@ -107,6 +106,13 @@ def load_config(path: Path | str) -> HostConfig:
     models = data.get("models")
     if isinstance(models, dict):
         data["models"] = {policy.DEFAULT_MODEL: {}, **models}
+    return data
+
+
+def load_config(path: Path | str) -> HostConfig:
+    """Read a TOML config; the default model stays available unless the file redefines it."""
+    path = Path(path)
+    data = read_toml(path)
     try:
         config = HostConfig.model_validate(data)
     except ValidationError as e:

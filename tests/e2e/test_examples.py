@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from llmhost import Host, InferencingParams
+from llmhost import Host, InferencingParams, StreamChunk
 
 from .conftest import MODEL
 
@@ -78,3 +78,22 @@ def test_continuous_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: H
         assert seq.evaluated_token_count() <= 1.05 * len(seq)
     finally:
         seq.close()
+
+
+def test_stream_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: Host) -> None:
+    commands, expected = readme_blocks("stream")
+    build, run = run_readme_commands(commands, tmp_path, llmhost_cache_dir)
+    assert build.returncode == 0, build.stderr
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == expected
+    prompt = shlex.split(commands[1])[-1]
+    params = InferencingParams(max_tokens=40, stop=("\n",), temperature=0.0, repeat_penalty=1.1)
+    chunks = [e for e in real_host.infer_stream(MODEL, prompt, params) if isinstance(e, StreamChunk)]
+    want = real_host.infer(MODEL, prompt, params)
+    text, finish, usage = run.stdout.rstrip("\n").split("\n")
+    assert text == want.text == "".join(c.text for c in chunks)
+    assert finish == f"finish-reason: {want.finish_reason.value}"
+    assert usage == (
+        f"usage: prompt={want.usage.prompt_token_count} generated={want.usage.generated_token_count} "
+        f"chunks={len(chunks)}"
+    )

@@ -209,7 +209,10 @@ class Scheduler:
                 self._waiting.remove(job)
             if job in self._active:
                 self._active.remove(job)
+            running = not job.ended
             job.finish()
+        if running:  # a reader blocked in next() on another thread (a cancelled request) must wake up
+            job.push(EngineError("the generation was cancelled"))
         self.wake()
 
     def wake(self) -> None:

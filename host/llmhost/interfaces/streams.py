@@ -63,6 +63,7 @@ class StreamTable:
             if handle.finished:
                 return None
             handle.busy = True
+        event: StreamEvent | None = None  # stays None when the step raises: the stream is over either way
         try:
             event = next(handle.generation, None)
         finally:

@@ -1,0 +1,97 @@
+"""The host side of the WIT interface `llmhost:llm/http@0.1.0` (wit/http.wit): the `response-writer` resource.
+
+A writer is lent to the guest (a `borrow` handle) for one `handler.handle` call. The host registers the object
+that really sends bytes (`ResponseWriter`, implemented by the server) in a `WriterTable` under an integer, passes
+that integer as the handle's rep, and unregisters it when the call returns.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from wasmtime.component import FuncType, LinkerInstance, ResourceType
+
+from .. import abi
+from ..types import LlmError
+
+HTTP_INTERFACE = "llmhost:llm/http@0.1.0"
+HANDLER_INTERFACE = "llmhost:llm/handler@0.1.0"
+HANDLE_EXPORT = "handle"
+
+# Host resource type id of `response-writer` (distinct from the llm interface's ids; any unused integer works).
+WRITER_TYPE_ID = 101
+
+
+class WriteClosed(LlmError):
+    """`write-error::closed`: the client is gone or the deadline passed; nothing more can be sent."""
+
+    kind = "closed"
+
+
+class WriteInvalid(LlmError):
+    """`write-error::invalid`: a call out of order or with arguments HTTP does not allow."""
+
+    kind = "invalid"
+
+
+class ResponseWriter(Protocol):
+    """What a `response-writer` handle stands for. Both methods block until the bytes are handed to the
+    connection and raise `WriteClosed` or `WriteInvalid`."""
+
+    def start(self, status: int, headers: abi.HttpFields) -> None: ...
+
+    def write(self, chunk: bytes) -> None: ...
+
+
+class WriterTable:
+    """Writers lent to guests, by handle rep. Thread-safe: every request runs on its own thread."""
+
+    def __init__(self) -> None:
+        self._writers: dict[int, ResponseWriter] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._writers)
+
+    def register(self, writer: ResponseWriter) -> int:
+        with self._lock:
+            rep = next(self._ids)
+            self._writers[rep] = writer
+        return rep
+
+    def unregister(self, rep: int) -> None:
+        with self._lock:
+            self._writers.pop(rep, None)
+
+    def get(self, rep: int) -> ResponseWriter:
+        with self._lock:
+            writer = self._writers.get(rep)
+        if writer is None:  # only possible if a guest kept a borrowed handle past its call, which WIT forbids
+            raise WriteClosed("this response writer belongs to a request that has ended")
+        return writer
+
+
+def define_http(instance: LinkerInstance, writers: WriterTable, imported: dict[str, FuncType]) -> None:
+    """Register the `http` interface's resource and methods, typed by the component's own imports."""
+
+    def start(store: Any, this: Any, status: int, headers: Any) -> None:
+        writers.get(abi.resource_rep(store, this)).start(status, abi.http_fields_from_wit(headers))
+
+    def write(store: Any, this: Any, chunk: bytes) -> None:
+        writers.get(abi.resource_rep(store, this)).write(bytes(chunk))
+
+    methods: dict[str, Callable[..., None]] = {
+        "[method]response-writer.start": start,
+        "[method]response-writer.write": write,
+    }
+    # Borrowed handles only: the guest never owns a writer, so there is nothing to free when one is dropped.
+    instance.add_resource("response-writer", ResourceType.host(WRITER_TYPE_ID), lambda _store, _rep: None)
+    for name, func_type in imported.items():
+        if name in methods:
+            encoder = abi.ResultEncoder.from_wit(func_type.result)
+            instance.add_func(name, abi.guarded(methods[name], lambda _: None, encoder, with_store=True))

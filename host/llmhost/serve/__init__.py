@@ -1,0 +1,20 @@
+"""`llmhost serve`: guest components of the `http-app` world (wit/http.wit) as sandboxed HTTP apps.
+
+Layout: `config` (app config, TOML, validation), `scope` (per-request LLM scope: allowed models, token budget,
+fair admission, cancellation), `component` (one component: instantiate per request, call `handle`), `app` (the
+ASGI app: routing, limits, streaming, disconnects, deadlines, the request log), `server` (uvicorn, signals,
+graceful shutdown), `policy` (defaults and limits).
+"""
+
+from __future__ import annotations
+
+from .config import AppConfig, ServeSettings, load_app_config, settings_for
+
+__all__ = ["AppConfig", "ServeSettings", "load_app_config", "run", "settings_for"]
+
+
+def run(settings: ServeSettings, log_level: str = "info") -> int:
+    """Serve until SIGINT/SIGTERM (imports uvicorn and wasmtime only when called)."""
+    from .server import run as run_server
+
+    return run_server(settings, log_level)

@@ -1,0 +1,326 @@
+"""The ASGI application: route a request, enforce its limits, run its guest on a worker thread, stream the reply.
+
+The event loop never runs guest code: each request's guest runs on a thread of a bounded pool (wasm and
+llama.cpp release the GIL, so guests run in parallel). A guest streams through its `response-writer`; each
+`start`/`write` hands its bytes to the loop and waits until the connection took them, so a slow client slows
+its guest down instead of filling memory. A concurrent task watches for the client going away and cancels the
+request's generations; a deadline timer does the same when the request runs out of time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
+from typing import Any
+
+from .. import abi
+from ..api import HostError
+from ..interfaces.http import WriteClosed, WriteInvalid
+from . import policy
+from .component import GuestFailure, HttpComponent, HttpRequest, HttpResponse
+from .scope import RequestScope
+
+_log = logging.getLogger("llmhost.serve")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+# The server frames the body itself (content-length or chunked); these guest headers would contradict it.
+FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding", "connection"})
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_CLIENT_GONE = "the client disconnected"
+# Logged as the status of a request whose client left before any response was sent (nginx's convention).
+CLIENT_CLOSED_STATUS = 499
+
+
+def head_problem(status: int, headers: abi.HttpFields) -> str | None:
+    """Why HTTP cannot send this status and these headers (None: it can)."""
+    if not 200 <= status <= 599:
+        return f"status {status} is not a final HTTP status (200-599)"
+    for name, value in headers:
+        if not _TOKEN.match(name):
+            return f"header name {name!r} is not a valid HTTP token"
+        if any(c in value for c in "\r\n\0") or not value.isascii() and not _latin1(value):
+            return f"the value of header {name!r} contains characters HTTP does not allow"
+    return None
+
+
+def _latin1(value: str) -> bool:
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _encode_headers(headers: abi.HttpFields) -> list[tuple[bytes, bytes]]:
+    return [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers if n.lower() not in FRAMING_HEADERS]
+
+
+class ServeApp:
+    """Routes by longest matching path prefix to components; one `Exchange` per request."""
+
+    def __init__(
+        self, components: dict[str, HttpComponent], routes: dict[str, str], executor: concurrent.futures.Executor
+    ) -> None:
+        self._components = components
+        self._routes = sorted(routes.items(), key=lambda item: len(item[0]), reverse=True)
+        self._executor = executor
+        self._live: set[RequestScope] = set()
+
+    def route(self, path: str) -> HttpComponent | None:
+        for prefix, name in self._routes:
+            base = prefix.rstrip("/")
+            if path in (prefix, base) or path.startswith(base + "/"):
+                return self._components[name]
+        return None
+
+    def cancel_all(self, reason: str) -> None:
+        for scope in list(self._live):
+            scope.cancel(reason)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # lifespan is off; websockets are not offered
+            return
+        await Exchange(self, scope, receive, send).run()
+
+    def _run_guest(
+        self, component: HttpComponent, request: HttpRequest, writer: ThreadWriter, scope: RequestScope, deadline: float
+    ) -> HttpResponse | GuestFailure:
+        """On a worker thread: the guest's response, or why there is none (never raises)."""
+        remaining = deadline - time.monotonic()
+        if scope.cancelled is not None:  # the client left while the request waited for a thread
+            return GuestFailure(CLIENT_CLOSED_STATUS, scope.cancelled)
+        if remaining <= 0:
+            key = component.settings.limit_key("deadline_s")
+            return GuestFailure(504, f"the request waited for a free worker past its deadline ({key})")
+        self._live.add(scope)
+        try:
+            with scope.active():
+                return component.handle(request, writer, remaining)
+        except GuestFailure as failure:
+            return failure
+        except HostError as error:
+            return GuestFailure(500, str(error)[: policy.MAX_REASON_CHARS])
+        except Exception as error:  # a host bug: answer 500 and log it, the server goes on
+            _log.exception("%s: internal error", component.name)
+            return GuestFailure(500, f"internal host error: {type(error).__name__}")
+        finally:
+            self._live.discard(scope)
+
+
+class Exchange:
+    """One request and its response, on the event loop."""
+
+    def __init__(self, app: ServeApp, scope: Scope, receive: Receive, send: Send) -> None:
+        self._app = app
+        self._receive = receive
+        self._send = send
+        self._loop = asyncio.get_running_loop()
+        self._arrived = time.monotonic()
+        self.method: str = scope["method"]
+        self.path: str = scope["path"]
+        raw_path = scope.get("raw_path") or self.path.encode()
+        query = scope.get("query_string", b"")
+        self.path_with_query = raw_path.decode("latin-1") + (f"?{query.decode('latin-1')}" if query else "")
+        self.headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]]
+        self.status = 0  # what was sent (0: nothing yet)
+        self.closed: str | None = None  # why the guest's writes are refused from now on
+        self.note = ""
+        self._send_lock = asyncio.Lock()
+        self._scope: RequestScope | None = None
+
+    async def run(self) -> None:
+        try:
+            await self._serve()
+        finally:
+            duration = time.monotonic() - self._arrived
+            tokens = self._scope.tokens if self._scope is not None else 0
+            status = self.status or CLIENT_CLOSED_STATUS
+            note = f" ({self.note})" if self.note else ""
+            _log.info("%s %s %d %.3fs tokens=%d%s", self.method, self.path_with_query, status, duration, tokens, note)
+
+    async def _serve(self) -> None:
+        component = self._app.route(self.path)
+        if component is None:
+            await self.respond(404, f"no route for {self.path}")
+            return
+        limits = component.settings.limits
+        body = await self._read_body(limits.max_body_bytes)
+        if body is None:
+            if self.closed is None:
+                key = component.settings.limit_key("max_body_bytes")
+                await self.respond(413, f"the request body is over the limit of {limits.max_body_bytes} bytes ({key})")
+            return
+        scope = self._scope = RequestScope(component.settings)
+        deadline = self._arrived + limits.deadline_s
+        request = HttpRequest(self.method, self.path_with_query, self.headers, body)
+        writer = ThreadWriter(self, deadline)
+        work = self._loop.run_in_executor(
+            self._app._executor, self._app._run_guest, component, request, writer, scope, deadline
+        )
+        watcher = asyncio.create_task(self._watch_disconnect(scope))
+        try:
+            outcome = await self._outcome(work, scope, deadline, component)
+            await self._finish(outcome)
+        except asyncio.CancelledError:  # the server stopped waiting for us (shutdown past its grace)
+            self._close("the server is shutting down", scope)
+            self.note = "cancelled at shutdown"
+            raise
+        finally:
+            watcher.cancel()
+
+    async def _outcome(
+        self, work: asyncio.Future[HttpResponse | GuestFailure], scope: RequestScope, deadline: float, component: Any
+    ) -> HttpResponse | GuestFailure:
+        done, _ = await asyncio.wait({work}, timeout=max(0.0, deadline - time.monotonic()))
+        if not done:
+            limit = component.settings.limits.deadline_s
+            reason = f"the request ran past its deadline of {limit} s ({component.settings.limit_key('deadline_s')})"
+            self._close(reason, scope)
+            # The guest is interrupted at the same deadline (epoch) and its generations are cancelled; give it a
+            # moment to return, then answer without it (a guest blocked in a host call finishes on its own).
+            done, _ = await asyncio.wait({work}, timeout=policy.DEADLINE_GRACE_S)
+            if not done:
+                return GuestFailure(504, reason)
+        return work.result()
+
+    async def _finish(self, outcome: HttpResponse | GuestFailure) -> None:
+        if self.closed == _CLIENT_GONE:
+            self.note = _CLIENT_GONE
+            return
+        if self.closed is not None and isinstance(outcome, HttpResponse):
+            outcome = GuestFailure(504, self.closed)  # it answered, but only after its deadline
+        if isinstance(outcome, GuestFailure):
+            self.note = outcome.reason
+            if self.status == 0:
+                await self.respond(outcome.status, outcome.reason)
+            # Streaming had begun: end the connection without the final chunk, so the client sees a cut body.
+            return
+        if self.status == 0:
+            problem = head_problem(outcome.status, outcome.headers)
+            if problem is not None:
+                self.note = f"invalid response: {problem}"
+                await self.respond(500, f"the guest returned an invalid response: {problem}")
+                return
+            headers = [*_encode_headers(outcome.headers), (b"content-length", str(len(outcome.body)).encode())]
+            await self._send_now({"type": "http.response.start", "status": outcome.status, "headers": headers})
+            self.status = outcome.status
+        await self._send_now({"type": "http.response.body", "body": outcome.body, "more_body": False})
+
+    async def respond(self, status: int, text: str) -> None:
+        """A whole plain-text response (errors and the like)."""
+        body = (text + "\n").encode()
+        headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]
+        if status == 413:  # the unread body makes the connection unusable for another request
+            headers.append((b"connection", b"close"))
+        try:
+            await self._send_now({"type": "http.response.start", "status": status, "headers": headers})
+            self.status = status
+            await self._send_now({"type": "http.response.body", "body": body, "more_body": False})
+        except OSError:
+            self.note = _CLIENT_GONE
+
+    async def _send_now(self, message: Message) -> None:
+        async with self._send_lock:
+            await self._send(message)
+
+    async def _read_body(self, limit: int) -> bytes | None:
+        """The whole body, or None when it is over `limit` (or the client left)."""
+        declared = dict(self.headers).get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            return None  # refused before reading a byte of it
+        chunks, size = [], 0
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                self.closed = _CLIENT_GONE
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _watch_disconnect(self, scope: RequestScope) -> None:
+        message = await self._receive()
+        if message["type"] == "http.disconnect":
+            self._close(_CLIENT_GONE, scope)
+
+    def _close(self, reason: str, scope: RequestScope) -> None:
+        if self.closed is None:
+            self.closed = reason
+        scope.cancel(reason)
+
+    # -- called (through ThreadWriter) for the guest's writer ---------------------------------------------
+
+    async def send_head(self, status: int, headers: abi.HttpFields) -> None:
+        async with self._send_lock:
+            if self.closed is not None:
+                raise WriteClosed(self.closed)
+            if self.status:
+                raise WriteInvalid("the response was already started")
+            try:
+                await self._send({"type": "http.response.start", "status": status, "headers": _encode_headers(headers)})
+            except OSError:
+                self.closed = _CLIENT_GONE
+                raise WriteClosed(_CLIENT_GONE) from None
+            self.status = status
+
+    async def send_chunk(self, chunk: bytes) -> None:
+        async with self._send_lock:
+            if self.closed is not None:
+                raise WriteClosed(self.closed)
+            try:
+                await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except OSError:
+                self.closed = _CLIENT_GONE
+                raise WriteClosed(_CLIENT_GONE) from None
+
+    def call(self, coroutine: Coroutine[Any, Any, None], deadline: float) -> None:
+        """From the guest's thread: run `coroutine` on the loop and wait for it, at most until the deadline."""
+        try:
+            future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        except RuntimeError:  # the loop is gone: the server has stopped
+            coroutine.close()
+            raise WriteClosed("the server has stopped") from None
+        try:
+            future.result(timeout=max(0.0, deadline - time.monotonic()) + policy.DEADLINE_GRACE_S)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise WriteClosed("the request's deadline passed") from None
+        except concurrent.futures.CancelledError:
+            raise WriteClosed("the server is shutting down") from None
+
+
+class ThreadWriter:
+    """The `response-writer` a guest gets (`interfaces.http.ResponseWriter`); its methods run on the guest's
+    thread and block until the loop has sent the bytes."""
+
+    def __init__(self, exchange: Exchange, deadline: float) -> None:
+        self._exchange = exchange
+        self._deadline = deadline
+        self._started = False
+
+    def start(self, status: int, headers: abi.HttpFields) -> None:
+        if self._started:
+            raise WriteInvalid("start was already called: a response has one status line")
+        problem = head_problem(status, headers)
+        if problem is not None:
+            raise WriteInvalid(problem)
+        self._exchange.call(self._exchange.send_head(status, headers), self._deadline)
+        self._started = True
+
+    def write(self, chunk: bytes) -> None:
+        if not self._started:
+            raise WriteInvalid("write before start: call start(status, headers) first")
+        if chunk:
+            self._exchange.call(self._exchange.send_chunk(chunk), self._deadline)

@@ -1,0 +1,148 @@
+"""One component of the `http-app` world: loaded and linked once, instantiated afresh for every request."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from wasmtime import WasmtimeError
+from wasmtime.component import ComponentInstanceType, FuncType
+
+from .. import abi
+from ..api import Host, LoadError, _cause, check_imports
+from ..interfaces.http import (
+    HANDLE_EXPORT,
+    HANDLER_INTERFACE,
+    HTTP_INTERFACE,
+    WRITER_TYPE_ID,
+    ResponseWriter,
+    WriterTable,
+    define_http,
+)
+from ..interfaces.llm import INTERFACE as LLM_INTERFACE
+from ..interfaces.sequences import INTERFACE as SEQUENCES_INTERFACE
+from ..runtime.sandbox import CapturedOutput, new_store
+from . import policy
+from .config import ComponentSettings
+
+_guest_log = logging.getLogger("llmhost.serve.guest")
+
+PROVIDED_INTERFACES = (LLM_INTERFACE, SEQUENCES_INTERFACE, HTTP_INTERFACE)
+
+
+@dataclass(frozen=True)
+class HttpRequest:
+    method: str
+    path_with_query: str
+    headers: abi.HttpFields
+    body: bytes
+
+
+@dataclass(frozen=True)
+class HttpResponse:
+    status: int
+    headers: abi.HttpFields
+    body: bytes
+
+
+class GuestFailure(Exception):
+    """The guest did not produce a response: `status` is 500 (trap, memory) or 504 (deadline)."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class HttpComponent:
+    def __init__(self, host: Host, settings: ComponentSettings, writers: WriterTable) -> None:
+        self.settings = settings
+        self.name = settings.name
+        self._writers = writers
+        linked = host.link(
+            settings.source, extra={HTTP_INTERFACE: lambda instance, imported: define_http(instance, writers, imported)}
+        )
+        self.compiled = linked.compiled
+        self._engine, self._component, self._linker = linked.engine, linked.component, linked.linker
+        self._check()
+        handler = self._component.get_export_index(HANDLER_INTERFACE)
+        handle = self._component.get_export_index(HANDLE_EXPORT, handler)
+        assert handle is not None  # checked above
+        self._handle = handle
+
+    def _check(self) -> None:
+        source = self.settings.source
+        exports = self._component.type.exports(self._engine)
+        handler = exports.get(HANDLER_INTERFACE)
+        instance_type = handler.ty if handler is not None else None
+        functions = instance_type.exports(self._engine) if isinstance(instance_type, ComponentInstanceType) else {}
+        if HANDLE_EXPORT not in functions or not isinstance(functions[HANDLE_EXPORT].ty, FuncType):
+            raise LoadError(
+                f"{source}: the component does not export `{HANDLER_INTERFACE}` with `{HANDLE_EXPORT}` (it must "
+                "target the `http-app` world of wit/http.wit: `llmhost build DIR -o APP.wasm --world http-app`)"
+            )
+        check_imports(source, self._component, self._engine, PROVIDED_INTERFACES)
+
+    def handle(self, request: HttpRequest, writer: ResponseWriter, deadline_s: float) -> HttpResponse:
+        """Run `handler.handle` in a fresh instance (on the calling thread) that may run for `deadline_s`.
+
+        Raises `GuestFailure` when the guest traps, runs out of memory or past its deadline.
+        """
+        stderr: list[bytes] = []
+        captured = CapturedOutput(stderr.append)
+        delivered = False
+
+        def guest_stderr() -> bytes:  # read once: delivering removes the file
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                captured.deliver()
+            return b"".join(stderr)
+
+        sandbox = self.settings.sandbox.model_copy(update={"timeout_s": max(deadline_s, 0.001)})
+        rep = self._writers.register(writer)
+        try:
+            store = new_store(self._engine, sandbox, [self.name], stderr=captured)
+            try:
+                instance = self._linker.instantiate(store, self._component)
+            except WasmtimeError as error:
+                raise GuestFailure(500, f"{self.name} cannot be instantiated: {_cause(str(error))}") from None
+            handle = instance.get_func(store, self._handle)
+            assert handle is not None  # checked at load
+            request_value = abi.http_request_to_wit(
+                request.method, request.path_with_query, request.headers, request.body
+            )
+            try:
+                value = handle(store, request_value, abi.borrow_resource(rep, WRITER_TYPE_ID))
+                handle.post_return(store)
+            except WasmtimeError as error:
+                raise self._failure(str(error), guest_stderr()) from None
+            status, headers, body = abi.http_response_from_wit(value)
+            return HttpResponse(status, headers, body)
+        finally:
+            self._writers.unregister(rep)
+            for line in guest_stderr().decode("utf-8", "replace").splitlines():
+                _guest_log.warning("%s: %s", self.name, line)
+
+    def _failure(self, message: str, stderr: bytes) -> GuestFailure:
+        cause = _cause(message)
+        if "wasm trap: interrupt" in cause:
+            limit = self.settings.limits.deadline_s
+            return GuestFailure(504, f"{self.name} ran past its deadline of {limit} s ({self._key('deadline_s')})")
+        text = stderr.decode("utf-8", "replace")
+        if "MemoryError" in text:
+            limit = self.settings.limits.max_memory_mb
+            return GuestFailure(500, f"{self.name} ran out of memory (limit {limit} MB, {self._key('max_memory_mb')})")
+        detail = _python_error(text) or cause
+        return GuestFailure(500, f"{self.name} trapped: {detail}"[: policy.MAX_REASON_CHARS])
+
+    def _key(self, field: str) -> str:
+        return self.settings.limit_key(field)
+
+
+def _python_error(stderr: str) -> str:
+    """A Python guest's uncaught exception, `Type: message`: the last line of its traceback, which
+    componentize-py prints before its own panic message."""
+    before_panic = stderr.split("\nthread '", 1)[0]
+    lines = [line.strip() for line in before_panic.splitlines() if line.strip()]
+    return lines[-1] if lines and "Traceback (most recent call last)" in before_panic else ""

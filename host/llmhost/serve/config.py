@@ -1,0 +1,229 @@
+"""The app config of `llmhost serve`: pydantic models, TOML loading, and the one-component form.
+
+One TOML file describes an app: the host settings `llmhost` already knows (`cache-dir`, `[engine]`,
+`[models.NAME]`), the server (`listen`, `max-concurrency`, `shutdown-grace-s`), default `[limits]`, the
+components (`[components.NAME]`: file, allowed models, grants, limit overrides) and `[routes]` (path prefix ->
+component). Every error names the file and the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .. import policy as host_policy
+from ..config import (
+    ConfigError,
+    EngineConfig,
+    HostConfig,
+    LlamaCppEngineConfig,
+    ModelConfig,
+    SandboxConfig,
+    default_cache_dir,
+    format_validation_error,
+    read_toml,
+)
+from . import policy
+
+
+def _kebab(name: str) -> str:
+    return name.replace("_", "-")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(alias_generator=_kebab, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class Limits(_Section):
+    """What one request may use ([limits], the defaults of every component)."""
+
+    deadline_s: float = Field(policy.DEFAULT_DEADLINE_S, gt=0)
+    max_memory_mb: int = Field(policy.DEFAULT_MAX_MEMORY_MB, ge=16)
+    max_body_bytes: int = Field(policy.DEFAULT_MAX_BODY_BYTES, ge=0)
+    max_tokens: int = Field(policy.DEFAULT_MAX_TOKENS, ge=1)
+
+
+class LimitOverrides(_Section):
+    """[components.NAME.limits]: any of the [limits] keys, for one component."""
+
+    deadline_s: float | None = Field(None, gt=0)
+    max_memory_mb: int | None = Field(None, ge=16)
+    max_body_bytes: int | None = Field(None, ge=0)
+    max_tokens: int | None = Field(None, ge=1)
+
+
+class ComponentConfig(_Section):
+    source: Path  # the component (.wasm); relative to the config file
+    allowed_models: list[str] | None = None  # None: every configured model
+    env: dict[str, str] = Field(default_factory=dict)  # environment variables granted to the guest
+    read_only_dir: Path | None = None  # a host directory the guest may read, at `guest-dir`
+    guest_dir: str = "/data"
+    limits: LimitOverrides = Field(default_factory=LimitOverrides)
+
+
+class AppConfig(_Section):
+    listen: str = policy.DEFAULT_LISTEN
+    max_concurrency: int = Field(policy.DEFAULT_MAX_CONCURRENCY, ge=1)
+    shutdown_grace_s: float = Field(policy.DEFAULT_SHUTDOWN_GRACE_S, gt=0)
+    cache_dir: Path = Field(default_factory=default_cache_dir)
+    engine: EngineConfig = Field(default_factory=LlamaCppEngineConfig)
+    models: dict[str, ModelConfig] = Field(default_factory=lambda: {host_policy.DEFAULT_MODEL: ModelConfig()})
+    limits: Limits = Field(default_factory=Limits)
+    components: dict[str, ComponentConfig] = Field(default_factory=dict)
+    routes: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("listen")
+    @classmethod
+    def _valid_listen(cls, value: str) -> str:
+        parse_listen(value)
+        return value
+
+    def host_config(self) -> HostConfig:
+        return HostConfig(engine=self.engine, models=self.models, cache_dir=self.cache_dir)
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """ "HOST:PORT" (IPv6 in brackets: "[::1]:8080") -> (host, port); port 0 picks a free port."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"expected HOST:PORT, e.g. {policy.DEFAULT_LISTEN}, got {value!r}")
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+@dataclass(frozen=True)
+class ComponentSettings:
+    """One component, resolved: its file, grants and limits, and the config key each limit came from."""
+
+    name: str
+    source: Path
+    allowed_models: frozenset[str] | None
+    sandbox: SandboxConfig  # grants and memory; `timeout-s` is the request deadline
+    limits: Limits
+    limit_keys: dict[str, str]  # limit field name -> the key that set it, e.g. "components.chat.limits.deadline-s"
+    origin: str  # the config file, or "the command line"
+
+    def key(self, name: str) -> str:
+        """A key as messages name it: `components.chat.allowed-models` in llmhost.toml."""
+        return f"`{name}` in {self.origin}"
+
+    def limit_key(self, field: str) -> str:
+        return self.key(self.limit_keys[field])
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Everything `serve` needs: the host config, the server settings, components and routes."""
+
+    host: HostConfig
+    listen: tuple[str, int]
+    max_concurrency: int
+    shutdown_grace_s: float
+    components: dict[str, ComponentSettings]
+    routes: dict[str, str]  # path prefix -> component name
+
+
+def load_app_config(path: Path | str) -> AppConfig:
+    """Read an app config; relative paths in it are relative to the file."""
+    path = Path(path)
+    data = read_toml(path)
+    try:
+        config = AppConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, str(path))) from None
+    return _relative_to(config, path.parent)
+
+
+def _relative_to(config: AppConfig, base: Path) -> AppConfig:
+    def fix(p: Path | None) -> Path | None:
+        return base / p if p is not None and not p.is_absolute() else p
+
+    models = {name: m.model_copy(update={"path": fix(m.path)}) for name, m in config.models.items()}
+    components = {
+        name: c.model_copy(update={"source": fix(c.source), "read_only_dir": fix(c.read_only_dir)})
+        for name, c in config.components.items()
+    }
+    return config.model_copy(update={"models": models, "components": components})
+
+
+def single_component(config: AppConfig, app: Path) -> AppConfig:
+    """`llmhost serve APP.wasm`: one component, named after the file, serving every path."""
+    if config.components or config.routes:
+        raise ConfigError(f"give either APP.wasm ({app}) or `[components]`/`[routes]` in the config, not both")
+    name = app.stem or "app"
+    return config.model_copy(update={"components": {name: ComponentConfig(source=app)}, "routes": {"/": name}})
+
+
+def resolve(config: AppConfig, origin: str, listen: str | None = None) -> ServeSettings:
+    """Check cross-references and files, and resolve per-component limits. Errors name the key and `origin`."""
+
+    def fail(key: str, message: str) -> ConfigError:
+        return ConfigError(f"{origin}: `{key}`: {message}")
+
+    try:
+        address = parse_listen(listen if listen is not None else config.listen)
+    except ValueError as e:
+        if listen is not None:
+            raise ConfigError(f"--listen / LLMHOST_LISTEN: {e}") from None
+        raise fail("listen", str(e)) from None
+    if not config.routes:
+        raise fail("routes", 'no routes: map a path prefix to a component, e.g. `"/" = "chat"` under [routes]')
+    for prefix, name in config.routes.items():
+        if not prefix.startswith("/"):
+            raise fail(f"routes.{prefix}", "a route is a path prefix and must start with `/`")
+        if name not in config.components:
+            known = ", ".join(sorted(config.components)) or "none"
+            raise fail(f"routes.{prefix}", f"no component {name!r} under [components] (defined: {known})")
+    components = {}
+    for name, component in config.components.items():
+        prefix = f"components.{name}"
+        if not component.source.is_file():
+            raise fail(f"{prefix}.source", f"{component.source}: no such file (build it with `llmhost build`)")
+        if component.read_only_dir is not None and not component.read_only_dir.is_dir():
+            raise fail(f"{prefix}.read-only-dir", f"{component.read_only_dir} is not a directory")
+        for model in component.allowed_models or []:
+            if model not in config.models:
+                raise fail(
+                    f"{prefix}.allowed-models", f"model {model!r} is not configured (known: {', '.join(config.models)})"
+                )
+        components[name] = _settings(name, component, config.limits, origin)
+    return ServeSettings(
+        host=config.host_config(),
+        listen=address,
+        max_concurrency=config.max_concurrency,
+        shutdown_grace_s=config.shutdown_grace_s,
+        components=components,
+        routes=dict(config.routes),
+    )
+
+
+def _settings(name: str, component: ComponentConfig, defaults: Limits, origin: str) -> ComponentSettings:
+    overrides = component.limits.model_dump(exclude_none=True)
+    limits = defaults.model_copy(update=overrides)
+    keys = {
+        field: f"components.{name}.limits.{_kebab(field)}" if field in overrides else f"limits.{_kebab(field)}"
+        for field in Limits.model_fields
+    }
+    sandbox = SandboxConfig(
+        env=component.env,
+        read_only_dir=component.read_only_dir,
+        guest_dir=component.guest_dir,
+        max_memory_mb=limits.max_memory_mb,
+        timeout_s=limits.deadline_s,
+    )
+    allowed = frozenset(component.allowed_models) if component.allowed_models is not None else None
+    return ComponentSettings(name, component.source, allowed, sandbox, limits, keys, origin)
+
+
+def settings_for(
+    config_path: Path | None, app: Path | None, listen: str | None, cache_dir: Path | None
+) -> ServeSettings:
+    """What the CLI does: load the config (or the defaults), add APP.wasm, apply the overrides, resolve."""
+    config = load_app_config(config_path) if config_path is not None else AppConfig()
+    if cache_dir is not None:
+        config = config.model_copy(update={"cache_dir": cache_dir})
+    if app is not None:
+        config = single_component(config, app)
+    origin = str(config_path) if config_path is not None else "the command line"
+    return resolve(config, origin, listen)

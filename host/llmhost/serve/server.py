@@ -1,0 +1,136 @@
+"""Run the server: load every component, listen, serve until SIGINT/SIGTERM, shut down gracefully.
+
+Why uvicorn: it is the most used ASGI server, maintained, and gives what this needs without our own HTTP code —
+HTTP/1.1 keep-alive and chunked streaming with flow control (a `send` waits while the client is slow), prompt
+disconnect notification (`http.disconnect`), and graceful shutdown (stop accepting, wait for in-flight requests
+for a bounded time). h11, its pure-Python HTTP parser, is pinned so that behaviour does not depend on which
+optional accelerator happens to be installed. The app is plain ASGI (no framework): routing, limits and
+streaming are a few dozen lines that a framework would not save.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import uvicorn
+
+from ..api import Host
+from ..config import FakeEngineConfig
+from ..engine.registry import create_engine
+from ..interfaces.http import WriterTable
+from .app import ServeApp
+from .component import HttpComponent
+from .config import ServeSettings
+from .scope import ScopedEngine
+
+_log = logging.getLogger("llmhost.serve")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server with our own signal handling: on SIGINT/SIGTERM it stops accepting and lets in-flight
+    requests finish (bounded by `timeout_graceful_shutdown`), and the process then exits 0 — uvicorn's own
+    handler re-raises the signal after shutting down, which would end the process with the signal's status."""
+
+    def __init__(self, config: uvicorn.Config, on_started: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_started = on_started
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        originals = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in originals.items():
+                signal.signal(sig, handler)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self._on_started()
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as error:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {error.strerror}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def model_slots(settings: ServeSettings) -> dict[str, int]:
+    return {name: model.slots for name, model in settings.host.models.items()}
+
+
+def run(settings: ServeSettings, log_level: str = "info") -> int:
+    """Serve until SIGINT/SIGTERM; returns the exit status (0 after a graceful shutdown)."""
+    configure_logging(log_level)
+    config = settings.host
+    inner = create_engine(config)
+    engine = ScopedEngine(inner, model_slots(settings))
+    try:
+        with Host(config, engine=engine, note=lambda message: _log.info("%s", message)) as host:
+            return _serve(settings, host)
+    finally:
+        engine.close()
+
+
+def _serve(settings: ServeSettings, host: Host) -> int:
+    writers = WriterTable()
+    # Load (and on first use compile) every component before listening: a request never waits for a compile.
+    components = {name: HttpComponent(host, component, writers) for name, component in settings.components.items()}
+    sock = bind(*settings.listen)
+    executor = ThreadPoolExecutor(max_workers=settings.max_concurrency, thread_name_prefix="llmhost-request")
+    app = ServeApp(components, settings.routes, executor)
+    uvicorn_config = uvicorn.Config(
+        app,
+        http="h11",
+        loop="asyncio",
+        ws="none",
+        lifespan="off",
+        log_config=None,
+        access_log=False,  # ServeApp logs one line per request itself, with status, duration and tokens
+        timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
+    )
+    host_name, port = sock.getsockname()[:2]
+    engine_kind = "fake engine" if isinstance(settings.host.engine, FakeEngineConfig) else "llama.cpp"
+    routes = ", ".join(f"{prefix} -> {name}" for prefix, name in settings.routes.items())
+
+    def started() -> None:
+        shown = f"[{host_name}]" if ":" in host_name else host_name
+        _log.info("listening on http://%s:%d (%s; routes: %s)", shown, port, engine_kind, routes)
+
+    server = _Server(uvicorn_config, started)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        # Whatever still runs (past the grace period) is told to stop; its guest ends at its deadline at the latest.
+        app.cancel_all("the server is shutting down")
+        executor.shutdown(wait=True, cancel_futures=True)
+        sock.close()
+    _log.info("stopped")
+    return 0
