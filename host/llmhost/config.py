@@ -32,6 +32,10 @@ class ModelConfig(_Section):
     # Outputs under batching equal outputs run alone (no CPU weight repacking, whose kernels depend on a row's
     # place in the batch). false: let llama.cpp repack weights, which may be faster on some CPUs.
     exact_batching: bool = True
+    # A new request starts from the longest prompt prefix an idle slot or sequence holds in the KV cache. The
+    # rest of its prompt is then evaluated as a batch starting mid-sequence, which llama.cpp's CPU kernels round
+    # differently from one whole-prompt batch: greedy output can differ at near-ties from a run without reuse.
+    prefix_cache: bool = True
 
 
 class LlamaCppEngineConfig(_Section):

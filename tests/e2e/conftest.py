@@ -15,13 +15,20 @@ from probe_driver import ProbeOutcome, run_probe
 MODEL = "gemma-3-270m"
 SMALL = "gemma-small-context"  # the same weights with a 64-token window, to fill the context quickly
 SMALL_CONTEXT = 64
+CACHED = "gemma-prefix-cache"  # the same weights with the prompt-prefix cache on
 
 
 @pytest.fixture(scope="session")
 def real_config(llmhost_cache_dir: Path) -> HostConfig:
     weights = default_model_path(llmhost_cache_dir)
+    # Reusing a cached prompt prefix changes how the rest of a prompt is batched, and so (at near-ties) greedy
+    # output: tests that compare outputs across calls run without it; the prefix cache has its own model here.
     return HostConfig(
-        models={MODEL: ModelConfig(), SMALL: ModelConfig(path=weights, context_length=SMALL_CONTEXT)},
+        models={
+            MODEL: ModelConfig(prefix_cache=False),
+            SMALL: ModelConfig(path=weights, context_length=SMALL_CONTEXT, prefix_cache=False),
+            CACHED: ModelConfig(path=weights),
+        },
         cache_dir=llmhost_cache_dir,
     )
 

@@ -19,7 +19,7 @@ import pytest
 from llmhost import App, Host
 from probe_driver import ProbeOutcome, run_probe
 
-from .conftest import MODEL
+from .conftest import CACHED, MODEL
 
 pytestmark = [pytest.mark.model, pytest.mark.wasm]
 Probe = Callable[..., ProbeOutcome]
@@ -82,14 +82,14 @@ def test_more_requests_than_slots_are_all_served_in_turn(real_probe_app: App, re
 
 
 def test_a_repeated_prompt_prefix_is_reused_not_evaluated_again(real_probe: Probe, real_host: Host) -> None:
-    model = real_host.engine.model(MODEL)  # type: ignore[attr-defined]
+    model = real_host.engine.model(CACHED)  # type: ignore[attr-defined]
     base = "Prefix: a long shared instruction that many requests start with, followed by a question."
-    first = real_probe("infer", MODEL, base, json.dumps({**GREEDY, "max-tokens": 4}))
+    first = real_probe("infer", CACHED, base, json.dumps({**GREEDY, "max-tokens": 4}))
     assert first.exit_code == 0
     reused, evaluated = model.reused_prompt_tokens, model.evaluated_tokens
-    second = real_probe("infer", MODEL, base + " What is it?", json.dumps({**GREEDY, "max-tokens": 4}))
+    second = real_probe("infer", CACHED, base + " What is it?", json.dumps({**GREEDY, "max-tokens": 4}))
     assert second.exit_code == 0
-    shared = len(real_host.tokenize(MODEL, base))
+    shared = len(real_host.tokenize(CACHED, base))
     prompt = second.value["usage"]["prompt-token-count"]
     assert model.reused_prompt_tokens - reused >= shared - 1
     # Only the new part of the prompt (and 3 decoded tokens) went through the model.

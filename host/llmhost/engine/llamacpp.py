@@ -337,7 +337,7 @@ class LlamaCppEngine:
         policy.check_prompt_fits(len(tokens), m.n_ctx)
         state = SeqState(tokens, m.texts_of(tokens, prompt))
         # A one-off sequence: when it ends, its KV cache stays behind only as a prompt-prefix cache.
-        return LlamaGeneration(m, state, params, on_end=m.slots.retire, reuse_prefix=True)
+        return LlamaGeneration(m, state, params, on_end=m.slots.retire, reuse_prefix=m.config.prefix_cache)
 
     def open_sequence(self, model: str) -> LlamaSequence:
         return LlamaSequence(self.model(model))
