@@ -133,7 +133,7 @@ def serve_http(host_config: HostConfig, model: str, threads: int, n_gpu_layers: 
     config = Path(tempfile.mkdtemp()) / "serve.toml"
     config.write_text(
         f"[models.{model}]\nslots = {max(LEVELS)}\ncontext-length = 1024\nthreads = {threads}\n"
-        f"n-gpu-layers = {n_gpu_layers}\n\n[limits]\nmax-tokens = {TOKENS}\n"
+        f"n-gpu-layers = {n_gpu_layers}\nprefix-cache = false\n\n[limits]\nmax-tokens = {TOKENS}\n"
     )
     process, port = start_server(wasm, host_config.cache_dir, config)
 
@@ -168,7 +168,11 @@ def run(config: HostConfig, model_path: Path, model: str, threads: int, n_gpu_la
     slots = max(LEVELS)
     cfg = config.model_copy(
         update={
-            "models": {model: ModelConfig(threads=threads, n_gpu_layers=n_gpu_layers, slots=slots, context_length=1024)}
+            "models": {
+                model: ModelConfig(
+                    threads=threads, n_gpu_layers=n_gpu_layers, slots=slots, context_length=1024, prefix_cache=False
+                )
+            }
         }
     )
     rows: list[str] = []

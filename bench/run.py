@@ -213,7 +213,11 @@ def main() -> int:
     args = parser.parse_args()
     steal_start, total_start = cpu_times()
 
-    config = HostConfig(models={MODEL: ModelConfig(threads=THREADS, n_gpu_layers=N_GPU_LAYERS, context_length=CONTEXT)})
+    config = HostConfig(
+        models={
+            MODEL: ModelConfig(threads=THREADS, n_gpu_layers=N_GPU_LAYERS, context_length=CONTEXT, prefix_cache=False)
+        }
+    )
     model_path = default_model_path(config.cache_dir)
     wasm = config.cache_dir / "bench" / "bench-guest.wasm"
     build_component(ROOT / "bench" / "guest", wasm)
