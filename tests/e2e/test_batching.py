@@ -52,7 +52,8 @@ def test_concurrent_guests_decode_together_and_match_running_alone(real_probe_ap
     # Decoded together: far fewer steps than tokens (each step carries one token of every running stream).
     generated = sum(r["usage"]["generated-token-count"] for r in together)
     assert generated == 4 * 24
-    assert steps < 0.8 * generated, f"{steps} steps for {generated} tokens: the requests were not batched"
+    # (The guests start a few milliseconds apart, so the first steps may carry fewer rows.)
+    assert steps < generated - 24, f"{steps} steps for {generated} tokens: the requests were not batched"
 
 
 def test_streams_and_stops_under_concurrency(real_probe_app: App) -> None:

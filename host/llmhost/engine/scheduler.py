@@ -2,9 +2,9 @@
 
 Each step builds one batch: the next token of every generating slot, then prompt chunks of generations still
 in prefill, up to the batch size (so a long prompt never stalls the others); decodes once; samples each slot
-from its own row; hands each generation its events. A generation whose reader has not taken its last event
-is skipped (at most one event waits unread), so an unread stream costs nothing, and a cancelled one stops
-before the next step. New generations are admitted first come, first served, as slots free up.
+from its own row; hands each generation its events. A generation whose reader lags `LOOKAHEAD` events behind
+is skipped, so an unread stream costs little, and a cancelled one stops before the next step. New generations
+are admitted first come, first served, as slots free up.
 """
 
 from __future__ import annotations
@@ -28,6 +28,11 @@ if TYPE_CHECKING:
     from .llamacpp import LlamaModel
 
 log = logging.getLogger(__name__)
+
+# Events a generation may run ahead of its reader. More than one: readers are threads that need a moment (and
+# the GIL) to take their event after each step; with one, most would miss the next step and batches would
+# shrink. Few: a stream nobody reads stops soon, and cancelling wastes at most this many decode steps.
+LOOKAHEAD = 4
 
 
 class LlamaGeneration:
@@ -119,7 +124,8 @@ class LlamaGeneration:
 
     @property
     def waiting_unread(self) -> bool:
-        return bool(self._events)
+        """The reader lags too far behind: skip this generation in the next step."""
+        return len(self._events) >= LOOKAHEAD
 
     def start(self) -> None:
         model, state = self.model, self.state
