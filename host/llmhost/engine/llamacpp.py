@@ -335,7 +335,8 @@ class LlamaCppEngine:
         if not tokens:
             raise InvalidInput("prompt is empty and this model adds no beginning-of-sequence token")
         policy.check_prompt_fits(len(tokens), m.n_ctx)
-        state = SeqState(tokens, m.texts_of(tokens, prompt))
+        # A one-off request never reads its per-token texts (only sequences do): skip detokenizing the prompt.
+        state = SeqState(tokens, [""] * len(tokens))
         # A one-off sequence: when it ends, its KV cache stays behind only as a prompt-prefix cache.
         return LlamaGeneration(m, state, params, on_end=m.slots.retire, reuse_prefix=m.config.prefix_cache)
 
