@@ -33,7 +33,6 @@ class GenerationText:
     token_complete: list[bool] = field(default_factory=list)
     text_len: int = 0  # characters decoded so far (before stop cutting)
     released: list[str] = field(default_factory=list)
-    released_len: int = 0
     finish_reason: FinishReason | None = None
     stopped_by_sequence: bool = False
 
@@ -100,6 +99,5 @@ class GenerationText:
         if not text:
             return None
         self.released.append(text)
-        self.released_len += len(text)
         ids, self._unreported = tuple(self._unreported), []
         return StreamChunk(text=text, token_ids=ids, usage=self.usage)

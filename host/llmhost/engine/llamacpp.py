@@ -208,6 +208,14 @@ class LlamaModel:
             raise EngineError(f"llama_decode failed with code {rc} (context of {self.n_ctx} tokens per sequence)")
         return rc
 
+    def unevaluate_last(self, state: SeqState) -> None:
+        """When every token of `state` is in the cache, drop the last one from it: its logits are gone once
+        anything else ran, and evaluating it again is how to get them. Lock held, `state` attached."""
+        if state.n_kv >= len(state.tokens):
+            state.n_kv = len(state.tokens) - 1
+            assert state.slot is not None
+            self.lib.llama_memory_seq_rm(self.memory, state.slot, state.n_kv, -1)
+
     def sample(self, sampler: Any, row: int = -1) -> int:
         return int(self.lib.llama_sampler_sample(sampler, self.ctx, row))
 
@@ -223,10 +231,7 @@ class LlamaModel:
         """The model's next-token logits after `state` (for checks that state equals text)."""
         with self.lock:
             self.slots.attach(state)
-            if state.n_kv >= len(state.tokens):
-                state.n_kv = len(state.tokens) - 1
-                assert state.slot is not None
-                self.lib.llama_memory_seq_rm(self.memory, state.slot, state.n_kv, -1)
+            self.unevaluate_last(state)
             self.evaluate(state, len(state.tokens))
             ptr = self.lib.llama_get_logits_ith(self.ctx, -1)
             return [float(ptr[i]) for i in range(self.n_vocab)]

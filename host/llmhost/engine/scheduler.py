@@ -23,6 +23,7 @@ from ..types import EngineError, FinishReason, InferencingParams, LlmError, Stre
 from .generation import GenerationText
 from .sampling import build_sampler
 from .sequence_state import SeqState, plan_rewind
+from .slots import slots_busy_error
 
 if TYPE_CHECKING:
     from .llamacpp import LlamaModel
@@ -132,10 +133,7 @@ class LlamaGeneration:
         self.sampler = build_sampler(model.lib, model.n_vocab, self.params)
         for tok in state.tokens[-max(1, self.params.repeat_penalty_last_n_token_count) :]:
             model.lib.llama_sampler_accept(self.sampler, tok)  # the penalty window includes the prompt
-        if state.n_kv >= len(state.tokens):  # all in the cache, but the last token's logits are gone
-            state.n_kv = len(state.tokens) - 1
-            assert state.slot is not None
-            model.lib.llama_memory_seq_rm(model.memory, state.slot, state.n_kv, -1)
+        model.unevaluate_last(state)
 
     def accept(self, token: int, logprob: float | None) -> bool:
         """Account for a sampled token; returns True when the generation is over."""
@@ -264,12 +262,7 @@ class Scheduler:
             if not self.model.slots.attach(job.state, wait=False, reuse_prefix=job.reuse_prefix):
                 if now - job.submitted_at > policy.SLOT_WAIT_TIMEOUT_S:
                     self._waiting.popleft()
-                    job.push(
-                        EngineError(
-                            f"all {self.model.config.slots} sequence slots of {self.model.name} stayed busy for "
-                            f"{policy.SLOT_WAIT_TIMEOUT_S:.0f} s (raise `models.{self.model.name}.slots`)"
-                        )
-                    )
+                    job.push(slots_busy_error(self.model.name, self.model.config.slots))
                     job.finish()
                     continue
                 return

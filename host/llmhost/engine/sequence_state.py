@@ -6,7 +6,7 @@ and lives here too, so it is testable without a model.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .generation import GenerationText
@@ -84,6 +84,3 @@ def plan_rewind(state: GenerationText, end_of_generation: bool, returned: str | 
     ends = [0, *state.token_text_end[:keep]]
     kept_texts = [returned[ends[i] : ends[i + 1]] for i in range(keep)]
     return Rewind(keep, kept_texts, returned[ends[keep] :])
-
-
-Tokenizer = Callable[[str], list[int]]

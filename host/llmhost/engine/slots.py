@@ -20,6 +20,13 @@ from .sequence_state import SeqState
 MIN_REUSED_PREFIX = 2  # shorter common prefixes (e.g. just the BOS token) are not worth a copy
 
 
+def slots_busy_error(model: str, count: int) -> EngineError:
+    return EngineError(
+        f"all {count} sequence slots of {model} stayed busy generating for "
+        f"{policy.SLOT_WAIT_TIMEOUT_S:.0f} s (raise `models.{model}.slots` in the config)"
+    )
+
+
 def common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     i = 0
@@ -177,10 +184,7 @@ class SlotPool:
             if not wait:
                 return None
             if not self._freed.wait_for(available, timeout=policy.SLOT_WAIT_TIMEOUT_S):
-                raise EngineError(
-                    f"all {self.count} sequence slots of {self._name} stayed busy generating for "
-                    f"{policy.SLOT_WAIT_TIMEOUT_S:.0f} s (raise `models.{self._name}.slots` in the config)"
-                )
+                raise slots_busy_error(self._name, self.count)
         if not self._free:
             idle = [s for s in self._holders.values() if not s.busy]
             # Prefix caches go first (nothing is lost but a cache), then the least recently used sequence.
