@@ -244,16 +244,23 @@ def main() -> int:
                 f"round {round_index + 1}: {name}: {generated} tokens, {generated / seconds:.1f} tok/s", file=sys.stderr
             )
     median = {name: statistics.median(r) for name, r in rates.items()}
-    # Time to first chunk beyond the prefill itself: a long prompt, 1 token, guest-measured vs bare prefill.
+    # Time to first chunk beyond the prefill itself: a long prompt, 1 token, guest-measured. The prefill is the
+    # engine's own llama_decode of that prompt in the same call (its decode time; with 1 token nothing else is
+    # decoded), so run-to-run noise of the prefill cancels out. A bare llama.cpp prefill, interleaved, shows what
+    # the engine's context costs against a single-sequence one.
     first = guest_stream(host, wasm, LONG_PROMPT, 1)
+    engine_model = host.engine.model(MODEL)  # type: ignore[attr-defined]
     long_tokens = len(host.tokenize(MODEL, LONG_PROMPT))
-    overheads, prefills = [], []
+    overheads, prefills, bare_prefills = [], [], []
     for _ in range(max(5, args.rounds)):
+        decoded = engine_model.decode_seconds
         first()
-        prefill = bare.prefill(LONG_PROMPT)
+        prefill = engine_model.decode_seconds - decoded
         prefills.append(prefill)
         overheads.append(first.first_chunk[-1] - prefill)  # type: ignore[attr-defined]
+        bare_prefills.append(bare.prefill(LONG_PROMPT))
     ttfc_overhead = statistics.median(overheads)
+    prefill_ratio = statistics.median(prefills) / statistics.median(bare_prefills)
     lists = {use: [numbered_list(host, wasm, use) for _ in range(args.rounds)] for use in (True, False)}
     seq_runs, infer_runs = lists[True], lists[False]
     assert seq_runs[0]["text"] == infer_runs[0]["text"], "both programs must write the same list"
@@ -297,8 +304,11 @@ def main() -> int:
         "| measure | value | target |",
         "| --- | ---: | ---: |",
         f"| streaming decode tok/s ÷ `infer` decode tok/s, (e)/(d) | {stream_ratio:.3f} | ≥ 0.97 |",
-        f"| time to first chunk − prefill ({long_tokens}-token prompt, guest-measured; bare prefill "
-        f"{statistics.median(prefills) * 1000:.0f} ms), median | {ttfc_overhead * 1000:.1f} ms | ≤ 20 ms |",
+        f"| time to first chunk − prefill ({long_tokens}-token prompt, guest-measured, minus the engine's "
+        f"llama_decode time for it: {statistics.median(prefills) * 1000:.0f} ms), median | "
+        f"{ttfc_overhead * 1000:.1f} ms | ≤ 20 ms |",
+        f"| that prefill ÷ a bare llama.cpp prefill of the same prompt (single-sequence context, "
+        f"{statistics.median(bare_prefills) * 1000:.0f} ms), median | {prefill_ratio:.3f} | |",
         "",
         "## Continuous generation (sequences)",
         "",

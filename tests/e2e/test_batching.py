@@ -1,11 +1,9 @@
 """Continuous batching end to end: concurrent guests share one model and decode together in each step.
 
-Greedy outputs under batching must equal the same requests run alone, exactly. On CPU they do, with the default
-`exact-batching = true`, as long as each step's batch has fewer than 64 rows whenever the request's own rows
-had fewer than 64 when run alone: llama.cpp's CPU matrix multiply switches kernels at 64 rows (a row's logits
-then differ by up to ~0.8). With CPU weight repacking (`exact-batching = false`) a row's arithmetic also depends
-on its place in the batch (4-row tiles vs single rows). Either way near-ties can flip (README, "Continuous
-batching"). These tests keep every step under 64 rows.
+Greedy outputs under batching equal the same requests run alone, except at near-ties: llama.cpp's CPU kernels
+compute a row's logits slightly differently depending on the shape of the batch it is in and on where its KV
+cells lie (README, "Continuous batching", says exactly when), so where the top two candidates are within that
+noise two runs may part. The tests check exactly that: equal, or parted at a near-tie (tests/e2e/greedy.py).
 """
 
 from __future__ import annotations
@@ -20,6 +18,7 @@ from llmhost import App, Host
 from probe_driver import ProbeOutcome, run_probe
 
 from .conftest import CACHED, MODEL
+from .greedy import assert_same_or_split_at_near_tie
 
 pytestmark = [pytest.mark.model, pytest.mark.wasm]
 Probe = Callable[..., ProbeOutcome]
@@ -41,33 +40,54 @@ def concurrently(app: App, calls: list[list[str]]) -> list[ProbeOutcome]:
         return list(pool.map(lambda args: run_probe(app, *args), calls))
 
 
+def tokens_of(stream: ProbeOutcome) -> list[int]:
+    return [t for e in stream.value["events"] if "chunk" in e for t in e["chunk"]["token-ids"]]
+
+
 def test_concurrent_guests_decode_together_and_match_running_alone(real_probe_app: App, real_host: Host) -> None:
     model = real_host.engine.model(MODEL)  # type: ignore[attr-defined]
-    calls = [["infer", MODEL, p, json.dumps(GREEDY)] for p in prompts("Batch")]
-    alone = [run_probe(real_probe_app, *c).value for c in calls]
+    texts = prompts("Batch")
+    calls = [["stream", MODEL, p, json.dumps(GREEDY)] for p in texts]
+    alone = [run_probe(real_probe_app, *c) for c in calls]
     steps_before = model.scheduler.steps
-    together = [o.value for o in concurrently(real_probe_app, calls)]
+    together = concurrently(real_probe_app, calls)
     steps = model.scheduler.steps - steps_before
-    assert together == alone
+    for prompt, one, batched in zip(texts, alone, together, strict=True):
+        assert batched.value["events"][-1] == one.value["events"][-1]  # the same done event: reason and usage
+        assert_same_or_split_at_near_tie(real_host, prompt, tokens_of(one), tokens_of(batched))
     # Decoded together: far fewer steps than tokens (each step carries one token of every running stream).
-    generated = sum(r["usage"]["generated-token-count"] for r in together)
+    generated = sum(len(tokens_of(o)) for o in together)
     assert generated == 4 * 24
     # (The guests start a few milliseconds apart, so the first steps may carry fewer rows.)
     assert steps < generated - 24, f"{steps} steps for {generated} tokens: the requests were not batched"
 
 
-def test_streams_and_stops_under_concurrency(real_probe_app: App) -> None:
+def test_streams_and_stops_under_concurrency(real_probe_app: App, real_host: Host) -> None:
     params = {**GREEDY, "stop": [" was", "."]}
-    two = prompts("Stops")[:2]  # two streams and two infers: 4 prompts of ~13 tokens stay under 64 rows
+    two = prompts("Stops")[:2]
     streams = [["stream", MODEL, p, json.dumps(params)] for p in two]
     infers = [["infer", MODEL, p, json.dumps(params)] for p in two]
     outcomes = concurrently(real_probe_app, streams + infers)
-    for streamed, inferred in zip(outcomes[:2], outcomes[2:], strict=True):
+    for prompt, streamed, inferred in zip(two, outcomes[:2], outcomes[2:], strict=True):
         *chunks, done = streamed.value["events"]
         result = inferred.value
-        assert "".join(c["chunk"]["text"] for c in chunks) == result["text"]
-        assert done["done"] == {"finish-reason": result["finish-reason"], "usage": result["usage"]}
-        assert result["finish-reason"] == "stop" and " was" not in result["text"] and "." not in result["text"]
+        text = "".join(c["chunk"]["text"] for c in chunks)
+        assert result["finish-reason"] == done["done"]["finish-reason"] == "stop"
+        for got in (text, result["text"]):
+            assert " was" not in got and "." not in got
+        assert done["done"]["usage"]["generated-token-count"] >= len(tokens_of(streamed))
+        if text == result["text"]:
+            assert done["done"] == {"finish-reason": result["finish-reason"], "usage": result["usage"]}
+        else:  # the infer's tokens are not reported: its text must part from the stream's at a near-tie
+            pairs = enumerate(zip(text, result["text"], strict=False))
+            same = next((i for i, (x, y) in pairs if x != y), min(len(text), len(result["text"])))
+            shown, split = "", 0
+            for chunk in chunks:
+                if len(shown) + len(chunk["chunk"]["text"]) > same:
+                    break
+                shown += chunk["chunk"]["text"]
+                split += len(chunk["chunk"]["token-ids"])
+            assert_same_or_split_at_near_tie(real_host, prompt, tokens_of(streamed), tokens_of(streamed)[:split])
 
 
 def test_more_requests_than_slots_are_all_served_in_turn(real_probe_app: App, real_host: Host) -> None:

@@ -21,6 +21,7 @@ from llmhost import Host, InferencingParams
 from probe_driver import ProbeOutcome
 
 from .conftest import MODEL, SMALL, SMALL_CONTEXT
+from .greedy import NOISE, assert_greedy_continuation
 from .test_llm_guest import STORY, token_texts
 
 pytestmark = [pytest.mark.model, pytest.mark.wasm]
@@ -39,26 +40,6 @@ def run_script(probe: Probe, steps: list[list[Any]], model: str = MODEL) -> list
 def ok(results: list[dict[str, Any]]) -> list[Any]:
     assert all("ok" in r for r in results), results
     return [r["ok"] for r in results]
-
-
-NOISE = 1.0  # logit differences batch shapes can cause for this model on CPU
-
-
-def assert_greedy_continuation(host: Host, prefix: list[int], continuation: list[int]) -> None:
-    """Every token the sequence generated greedily after `prefix` is what a fresh sequence fed `prefix` picks."""
-    fresh = host.open_sequence(MODEL)
-    try:
-        fresh.append_tokens(prefix)
-        for step, token in enumerate(continuation):
-            logits = np.array(fresh.next_logits())  # type: ignore[attr-defined]
-            best = int(logits.argmax())
-            if best != token:
-                margin = float(logits[best] - logits[token])
-                assert margin < NOISE, f"step {step}: {token} generated, fresh state prefers {best} by {margin}"
-                return  # a near-tie: from here on the two paths may differ
-            fresh.append_tokens([token])
-    finally:
-        fresh.close()
 
 
 def assert_same_logits(a: list[float], b: list[float]) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,7 @@ class LlamaModel:
         self._embed_ctx: Any = None
         # Tokens run through the model so far (prefill and decode): what generations cost, for tests and stats.
         self.evaluated_tokens = 0
+        self.decode_seconds = 0.0  # wall time spent in llama_decode (benchmarks subtract it from latencies)
 
     @property
     def free_slots(self) -> int:
@@ -201,7 +203,9 @@ class LlamaModel:
                 batch.logits[i] = 1 if i in logits_rows else 0
                 i += 1
         batch.n_tokens = i
+        started = time.perf_counter()
         rc = int(self.lib.llama_decode(self.ctx, batch))
+        self.decode_seconds += time.perf_counter() - started
         if rc == 1 and not raise_on_full:
             return rc
         if rc != 0:
@@ -342,8 +346,10 @@ class LlamaCppEngine:
         policy.check_prompt_fits(len(tokens), m.n_ctx)
         # A one-off request never reads its per-token texts (only sequences do): skip detokenizing the prompt.
         state = SeqState(tokens, [""] * len(tokens))
-        # A one-off sequence: when it ends, its KV cache stays behind only as a prompt-prefix cache.
-        return LlamaGeneration(m, state, params, on_end=m.slots.retire, reuse_prefix=m.config.prefix_cache)
+        # A one-off sequence: when it ends, its KV cache stays behind only as a prompt-prefix cache, if the model
+        # keeps one; otherwise its cells are freed at once (the cache then spans fewer cells: see README).
+        on_end = m.slots.retire if m.config.prefix_cache else m.slots.detach
+        return LlamaGeneration(m, state, params, on_end=on_end, reuse_prefix=m.config.prefix_cache)
 
     def open_sequence(self, model: str) -> LlamaSequence:
         return LlamaSequence(self.model(model))
