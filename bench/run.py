@@ -164,6 +164,7 @@ def guest_stream(host: Host, wasm: Path, prompt: str = PROMPT, tokens: int = TOK
 
 
 LIST_PROMPT = "What are the most popular types of vehicles?\n"
+PARTED = "texts that part at a near-tie (README, Continuous batching)"
 
 
 def numbered_list(host: Host, wasm: Path, use_sequence: bool) -> dict[str, object]:
@@ -263,7 +264,10 @@ def main() -> int:
     prefill_ratio = statistics.median(prefills) / statistics.median(bare_prefills)
     lists = {use: [numbered_list(host, wasm, use) for _ in range(args.rounds)] for use in (True, False)}
     seq_runs, infer_runs = lists[True], lists[False]
-    assert seq_runs[0]["text"] == infer_runs[0]["text"], "both programs must write the same list"
+    # Greedy both ways, but the sequence evaluates its text in pieces and `infer` in one prompt batch: they may part
+    # at a near-tie (README, "Continuous batching"). Both must still write the whole list.
+    same_text = seq_runs[0]["text"] == infer_runs[0]["text"]
+    assert all(str(r["text"]).count("\n") >= 5 for r in seq_runs + infer_runs), "each program must write 5 items"
     seq_time = statistics.median(float(r["seconds"]) for r in seq_runs)  # type: ignore[arg-type]
     infer_time = statistics.median(float(r["seconds"]) for r in infer_runs)  # type: ignore[arg-type]
     ceiling = median["(a) bare llama_decode loop"]
@@ -313,7 +317,8 @@ def main() -> int:
         "## Continuous generation (sequences)",
         "",
         "The numbered-list program of guest-examples/continuous (5 items, greedy), run by a guest on one `sequence`",
-        "and, for comparison, re-sending the whole growing prompt to `infer` at each step; both write the same text.",
+        "and, for comparison, re-sending the whole growing prompt to `infer` at each step. Both are greedy; in this "
+        f"run they wrote {'the same text' if same_text else PARTED}.",
         "",
         "| program | final length (tokens) | tokens evaluated | evaluated ÷ length | wall time |",
         "| --- | ---: | ---: | ---: | ---: |",
