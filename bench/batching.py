@@ -134,6 +134,8 @@ def serve_http(host_config: HostConfig, model: str, threads: int, n_gpu_layers: 
     config.write_text(
         f"[models.{model}]\nslots = {max(LEVELS)}\ncontext-length = 1024\nthreads = {threads}\n"
         f"n-gpu-layers = {n_gpu_layers}\nprefix-cache = false\n\n[limits]\nmax-tokens = {TOKENS}\n"
+        # a bench request queues behind the others at 8 streams; on a VM short of CPU it may take minutes
+        "deadline-s = 600\n"
     )
     process, port = start_server(wasm, host_config.cache_dir, config)
 
@@ -141,8 +143,12 @@ def serve_http(host_config: HostConfig, model: str, threads: int, n_gpu_layers: 
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
         body = {"model": model, "prompt": prompt, "max_tokens": TOKENS, "temperature": 0}
         connection.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
-        reply = json.loads(connection.getresponse().read())
+        response = connection.getresponse()
+        raw = response.read()
         connection.close()
+        if response.status != 200:
+            raise RuntimeError(f"/v1/completions answered {response.status}: {raw.decode(errors='replace')}")
+        reply = json.loads(raw)
         return int(reply["usage"]["completion_tokens"])
 
     rates: dict[int, float] = {}

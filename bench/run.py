@@ -5,7 +5,10 @@ a few tokens), median of ROUNDS rounds run interleaved so machine noise hits eve
   (a) a bare llama_decode + greedy sampler loop (the ceiling),
   (b) llama-cpp-python's Llama.create_completion,
   (c) the llmhost engine called directly,
-  (d) a wasm guest calling `llm.infer` (timed inside the guest).
+  (d) a wasm guest calling `llm.infer` (timed inside the guest),
+  (e) a wasm guest reading `llm.infer-stream` to its done event (timed inside the guest).
+The streaming ratio (e)/(d) is the median over PAIRS back-to-back pairs. Then time to first chunk, the sequences
+program, continuous batching (bench/batching.py), and `llmhost serve` (bench/serve.py).
 Plus component instantiation (p50 of 20) and the second start of `llmhost run` (compiled component cached).
 """
 
@@ -26,7 +29,7 @@ import batching
 
 from llmhost import Host, HostConfig, InferencingParams
 from llmhost.build import build_component
-from llmhost.config import ModelConfig
+from llmhost.config import FakeEngineConfig, ModelConfig
 from llmhost.engine.llamacpp import llama_lib
 from llmhost.engine.models import default_model_path
 
@@ -39,6 +42,8 @@ N_GPU_LAYERS = int(os.environ.get("LLMHOST_BENCH_N_GPU_LAYERS", "0"))
 CONTEXT = 4096
 
 
+INFER = "(d) wasm guest calling llm.infer"
+STREAM = "(e) wasm guest reading llm.infer-stream"
 LONG_PROMPT = " ".join(f"Item {i}: a short line of text about item number {i}." for i in range(20))
 
 
@@ -163,6 +168,55 @@ def guest_stream(host: Host, wasm: Path, prompt: str = PROMPT, tokens: int = TOK
     return run
 
 
+Run = Callable[[], tuple[int, float]]
+
+
+# A pair during which the hypervisor took more than this share of the CPU is measured again: stolen time lands on
+# one half of a pair more than the other (it comes in bursts), and this VM sometimes loses half its CPU for minutes.
+PAIR_STEAL_LIMIT = 0.05
+
+
+def stream_ratios(infer: Run, stream: Run, pairs: int) -> tuple[list[float], int]:
+    """(e)/(d) of back-to-back pairs, the order alternating: machine noise over seconds hits both halves of a pair
+    alike, and drift within a pair cancels out over the pairs. Returns the ratios of the pairs kept and how many
+    were measured again because of stolen CPU time (at most 3 × `pairs` tries; then the cleanest are kept)."""
+    measured: list[tuple[float, float]] = []  # (stolen share, ratio)
+    redone = 0
+    for i in range(3 * pairs):
+        if sum(stolen <= PAIR_STEAL_LIMIT for stolen, _ in measured) >= pairs:
+            break
+        steal_start, total_start = cpu_times()
+        rate = {}
+        for fn in (infer, stream) if i % 2 == 0 else (stream, infer):
+            generated, seconds = fn()
+            rate[fn] = generated / seconds
+        steal_end, total_end = cpu_times()
+        stolen = (steal_end - steal_start) / max(1, total_end - total_start)
+        measured.append((stolen, rate[stream] / rate[infer]))
+        redone += stolen > PAIR_STEAL_LIMIT
+        print(f"pair {i + 1}: (e)/(d) {measured[-1][1]:.3f}, CPU stolen {stolen:.0%}", file=sys.stderr)
+    kept = sorted(measured, key=lambda m: m[0])[:pairs]
+    return [ratio for _, ratio in kept], redone
+
+
+def guest_cost_per_token(wasm: Path, tokens: int = 2000) -> tuple[float, float]:
+    """Seconds a guest spends per token beyond the engine, without decode: the fake engine makes tokens at once.
+    Returns (reading `infer-stream`, one chunk per `next()`; calling `infer`)."""
+    script = "abcdefgh" * (tokens // 8 + 1)
+    host = Host(HostConfig(engine=FakeEngineConfig(script=script, context_length=tokens * 2)))
+    app = host.load(wasm)
+    costs = []
+    for op in ("stream", "infer"):
+        samples = []
+        for _ in range(3):
+            done = app.run_captured([op, MODEL, str(tokens), "x"])
+            report = json.loads(done.stdout.decode().strip().splitlines()[-1])
+            samples.append(float(report["seconds"]) / int(report["generated"]))
+        costs.append(min(samples))
+    host.close()
+    return costs[0], costs[1]
+
+
 LIST_PROMPT = "What are the most popular types of vehicles?\n"
 PARTED = "texts that part at a near-tie (README, Continuous batching)"
 
@@ -210,6 +264,7 @@ def cpu_times() -> tuple[int, int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--pairs", type=int, default=8, help="back-to-back (d),(e) pairs for the streaming ratio")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args()
     steal_start, total_start = cpu_times()
@@ -229,8 +284,8 @@ def main() -> int:
         "(a') bare loop, llama.cpp's weight repacking on": Bare(model_path, repack=True).run,
         "(b) llama-cpp-python create_completion": create_completion(model_path),
         "(c) llmhost engine (Python API)": engine_direct(host),
-        "(d) wasm guest calling llm.infer": guest_infer(host, wasm),
-        "(e) wasm guest reading llm.infer-stream": guest_stream(host, wasm),
+        INFER: guest_infer(host, wasm),
+        STREAM: guest_stream(host, wasm),
     }
     rates: dict[str, list[float]] = {name: [] for name in variants}
     counts: dict[str, int] = {}
@@ -245,6 +300,8 @@ def main() -> int:
                 f"round {round_index + 1}: {name}: {generated} tokens, {generated / seconds:.1f} tok/s", file=sys.stderr
             )
     median = {name: statistics.median(r) for name, r in rates.items()}
+    pair_ratios, pairs_redone = stream_ratios(variants[INFER], variants[STREAM], args.pairs)
+    stream_ratio = statistics.median(pair_ratios)
     # Time to first chunk beyond the prefill itself: a long prompt, 1 token, guest-measured. The prefill is the
     # engine's own llama_decode of that prompt in the same call (its decode time; with 1 token nothing else is
     # decoded), so run-to-run noise of the prefill cancels out. A bare llama.cpp prefill, interleaved, shows what
@@ -297,8 +354,8 @@ def main() -> int:
     ]
     for name in variants:
         lines.append(f"| {name} | {counts[name]} | {median[name]:.1f} | {median[name] / ceiling:.3f} |")
-    target = median["(d) wasm guest calling llm.infer"] / ceiling
-    stream_ratio = median["(e) wasm guest reading llm.infer-stream"] / median["(d) wasm guest calling llm.infer"]
+    target = median[INFER] / ceiling
+    stream_cost, infer_cost = guest_cost_per_token(wasm)
     lines += [
         "",
         f"Target (d)/(a) ≥ 0.95: **{target:.3f}** ({'met' if target >= 0.95 else 'NOT met'}).",
@@ -307,7 +364,12 @@ def main() -> int:
         "",
         "| measure | value | target |",
         "| --- | ---: | ---: |",
-        f"| streaming decode tok/s ÷ `infer` decode tok/s, (e)/(d) | {stream_ratio:.3f} | ≥ 0.97 |",
+        f"| streaming decode tok/s ÷ `infer` decode tok/s, (e)/(d): median of {len(pair_ratios)} back-to-back pairs "
+        f"(range {min(pair_ratios):.3f}–{max(pair_ratios):.3f}; {pairs_redone} more measured again, the hypervisor "
+        f"having taken > {PAIR_STEAL_LIMIT:.0%} of the CPU) | **{stream_ratio:.3f}** "
+        f"({'met' if stream_ratio >= 0.97 else 'NOT met'}) | ≥ 0.97 |",
+        f"| the guest's own time per token, fake engine (no decode): reading `infer-stream` (one `next()` per "
+        f"chunk) / calling `infer` | {stream_cost * 1e6:.0f} µs / {infer_cost * 1e6:.0f} µs | |",
         f"| time to first chunk − prefill ({long_tokens}-token prompt, guest-measured, minus the engine's "
         f"llama_decode time for it: {statistics.median(prefills) * 1000:.0f} ms), median | "
         f"{ttfc_overhead * 1000:.1f} ms | ≤ 20 ms |",

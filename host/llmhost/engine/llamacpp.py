@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -110,12 +111,15 @@ class LlamaModel:
             )
         self.memory = lib.llama_get_memory(self.ctx)
         self.batch = lib.llama_batch_init(self.n_batch, 0, 1)
+        # Decode threads on every core the process may use, and no GPU doing the work (see scheduler.READER_TURN_S)
+        self.cpu_bound = config.n_gpu_layers == 0 and config.threads >= len(os.sched_getaffinity(0))
         self.scheduler = Scheduler(self)
         self.slots = SlotPool(lib, self.ctx, config.slots, self.lock, name, on_free=self.scheduler.wake)
         self._embed_ctx: Any = None
         # Tokens run through the model so far (prefill and decode): what generations cost, for tests and stats.
         self.evaluated_tokens = 0
         self.decode_seconds = 0.0  # wall time spent in llama_decode (benchmarks subtract it from latencies)
+        self.decoding = False  # inside llama_decode now
 
     @property
     def free_slots(self) -> int:
@@ -204,7 +208,9 @@ class LlamaModel:
                 i += 1
         batch.n_tokens = i
         started = time.perf_counter()
+        self.decoding = True
         rc = int(self.lib.llama_decode(self.ctx, batch))
+        self.decoding = False
         self.decode_seconds += time.perf_counter() - started
         if rc == 1 and not raise_on_full:
             return rc

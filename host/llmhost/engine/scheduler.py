@@ -3,7 +3,8 @@
 Each step builds one batch: the next token of every generating slot, then prompt chunks of generations still
 in prefill, up to the batch size (so a long prompt never stalls the others); decodes once; samples each slot
 from its own row; hands each generation its events. A generation whose reader lags `LOOKAHEAD` events behind
-is skipped, so an unread stream costs little, and a cancelled one stops before the next step. New generations
+is skipped, so an unread stream costs little, and a cancelled one stops before the next step. When decoding uses
+every core, the readers a step woke get their turn before the next decode (`READER_TURN_S`). New generations
 are admitted first come, first served, as slots free up.
 """
 
@@ -34,6 +35,12 @@ log = logging.getLogger(__name__)
 # the GIL) to take their event after each step; with one, most would miss the next step and batches would
 # shrink. Few: a stream nobody reads stops soon, and cancelling wastes at most this many decode steps.
 LOOKAHEAD = 4
+
+# When decoding uses every core, a reader handling its chunk during the next decode takes a core from one of
+# llama.cpp's threads, and the others wait for it at each barrier of the graph: that slows the decode by several
+# times the reader's own time. So after a step the scheduler gives the readers it woke their turn first (they
+# take their chunk and come back to next()), for at most this long.
+READER_TURN_S = 0.003
 
 
 class LlamaGeneration:
@@ -72,6 +79,7 @@ class LlamaGeneration:
         self._submitted = False
         self._exhausted = False
         self._delivered: list[str] = []  # chunk texts the reader took
+        self._reader_blocked = False  # a reader is inside next(), waiting for an event
 
     @property
     def usage(self) -> Usage:
@@ -92,7 +100,11 @@ class LlamaGeneration:
             self._submitted = True
             self.model.scheduler.submit(self)
         with self._ready:
-            self._ready.wait_for(lambda: bool(self._events))
+            if not self._events:
+                self._reader_blocked = True
+                self._ready.notify_all()  # the scheduler may be waiting for this reader to come back
+                self._ready.wait_for(lambda: bool(self._events))
+                self._reader_blocked = False
             event = self._events.popleft()
         self.model.scheduler.wake()  # its slot may run again
         if isinstance(event, LlmError):
@@ -118,10 +130,19 @@ class LlamaGeneration:
             self.close()
 
     # --- scheduler side (model lock held) ------------------------------------------------------------------
-    def push(self, event: StreamEvent | LlmError) -> None:
+    def push(self, event: StreamEvent | LlmError) -> bool:
+        """Queue an event for the reader; returns whether a reader was waiting for it."""
         with self._ready:
             self._events.append(event)
             self._ready.notify_all()
+            return self._reader_blocked
+
+    def await_reader(self, deadline: float) -> None:
+        """Wait (until `deadline`, monotonic) for the reader to take its events and come back to next()."""
+        with self._ready:
+            self._ready.wait_for(
+                lambda: (self._reader_blocked and not self._events) or self.ended, max(0.0, deadline - time.monotonic())
+            )
 
     @property
     def waiting_unread(self) -> bool:
@@ -143,8 +164,8 @@ class LlamaGeneration:
         step = self.text.on_token(
             token, model.piece(token), end_of_generation=self.eog, context_full=len(state.tokens) >= model.n_ctx
         )
-        if step.chunk is not None:
-            self.push(step.chunk)
+        if step.chunk is not None and self.push(step.chunk):
+            self.model.scheduler.readers.append(self)
         if step.finish is not None:
             self.push(StreamDone(finish_reason=step.finish, usage=self.text.usage))
             return True
@@ -198,6 +219,8 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self._stop = False
         self.steps = 0
+        self.readers: list[LlamaGeneration] = []  # woken by this step's events, with a chunk to handle
+        self.reader_turn_s = READER_TURN_S if model.cpu_bound else 0.0
 
     def submit(self, job: LlamaGeneration) -> None:
         job.submitted_at = time.monotonic()
@@ -244,6 +267,7 @@ class Scheduler:
                 self._wake.wait_for(lambda: self._stop or self._runnable(), timeout=1.0)
             if self._stop:
                 return
+            self.readers.clear()
             with self.model.lock:
                 try:
                     self._step()
@@ -253,6 +277,10 @@ class Scheduler:
                         self._active.remove(job)
                         job.push(error if isinstance(error, LlmError) else EngineError(f"decode failed: {error}"))
                         job.finish()
+            if self.reader_turn_s and self.readers:
+                deadline = time.monotonic() + self.reader_turn_s
+                for job in self.readers:
+                    job.await_reader(deadline)
 
     def _admit(self) -> None:
         """First come, first served: attach waiting jobs while slots are free (or can be freed)."""

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from wasmtime.component import FuncType, LinkerInstance, ResourceType
 
 from .. import abi
+from ..runtime.host_funcs import add_func
 from ..types import LlmError
 
 HTTP_INTERFACE = "llmhost:llm/http@0.1.0"
@@ -94,4 +95,4 @@ def define_http(instance: LinkerInstance, writers: WriterTable, imported: dict[s
     for name, func_type in imported.items():
         if name in methods:
             encoder = abi.ResultEncoder.from_wit(func_type.result)
-            instance.add_func(name, abi.guarded(methods[name], lambda _: None, encoder, with_store=True))
+            add_func(instance, name, abi.guarded(methods[name], lambda _: None, encoder, with_store=True), func_type)

@@ -10,6 +10,7 @@ from wasmtime.component import FuncType, LinkerInstance, ResourceType
 
 from .. import abi, policy
 from ..engine.base import Engine, Generation, TokenSequence
+from ..runtime.host_funcs import add_func
 from ..types import EmbeddingsResult, InferenceResult, InferencingParams, ModelInfo, ModelNotSupported
 from .streams import StreamTable
 
@@ -114,10 +115,10 @@ def define_llm(
         encoder = abi.ResultEncoder.from_wit(func_type.result) if name in bindings or name in methods else None
         if name in bindings and encoder is not None:
             function, to_wit = bindings[name]
-            instance.add_func(name, abi.guarded(function, to_wit, encoder))
+            add_func(instance, name, abi.guarded(function, to_wit, encoder), func_type)
         elif name in methods and encoder is not None:
             function, to_wit = methods[name]
-            instance.add_func(name, abi.guarded(function, to_wit, encoder, with_store=True))
+            add_func(instance, name, abi.guarded(function, to_wit, encoder, with_store=True), func_type)
 
 
 def _stream_dropped(streams: StreamTable) -> Callable[[Any, int], None]:

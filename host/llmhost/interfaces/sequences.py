@@ -12,6 +12,7 @@ from wasmtime.component import FuncType, LinkerInstance, ResourceType
 
 from .. import abi
 from ..engine.base import TokenSequence
+from ..runtime.host_funcs import add_func
 from ..types import EngineError
 from .llm import STREAM_TYPE_ID, LlmService
 from .streams import StreamTable
@@ -113,9 +114,9 @@ def define_sequences(
         if name in fallible:
             function, to_wit, with_store = fallible[name]
             encoder = abi.ResultEncoder.from_wit(func_type.result)
-            instance.add_func(name, abi.guarded(function, to_wit, encoder, with_store=with_store))
+            add_func(instance, name, abi.guarded(function, to_wit, encoder, with_store=with_store), func_type)
         elif name in getters:
-            instance.add_func(name, method(getters[name]))
+            add_func(instance, name, method(getters[name]), func_type)
 
 
 def _dropped(sequences: SequenceTable) -> Callable[[Any, int], None]:
