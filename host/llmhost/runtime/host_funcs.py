@@ -28,29 +28,25 @@ from wasmtime import _ffi as ffi
 from wasmtime.component import FuncType, LinkerInstance, ListType, OptionType, RecordType, ResultType, TupleType
 from wasmtime.component import VariantType as _VariantType
 from wasmtime.component._enter import catch_exceptions
-from wasmtime.component._types import Record, VariantLikeType
+from wasmtime.component._types import VariantLikeType
 
 
 class _Record:
     convert_to_c = RecordType.convert_to_c
     convert_from_c = RecordType.convert_from_c
+    add_classes = RecordType.add_classes
 
     def __init__(self, fields: list[tuple[str, Any]]) -> None:
         self.fields = fields
-
-    def add_classes(self, s: set[type]) -> None:
-        s.add(Record)
 
 
 class _Tuple:
     convert_to_c = TupleType.convert_to_c
     convert_from_c = TupleType.convert_from_c
+    add_classes = TupleType.add_classes
 
     def __init__(self, elements: list[Any]) -> None:
         self.elements = elements
-
-    def add_classes(self, s: set[type]) -> None:
-        s.add(tuple)
 
 
 class _List:
