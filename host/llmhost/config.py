@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -113,14 +113,21 @@ def read_toml(path: Path) -> dict[str, Any]:
     return data
 
 
+ConfigModel = TypeVar("ConfigModel", bound=BaseModel)
+
+
+def read_config(path: Path, model: type[ConfigModel]) -> ConfigModel:
+    """A TOML config file validated as `model`; errors name the file and the key."""
+    try:
+        return model.model_validate(read_toml(path))
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, str(path))) from None
+
+
 def load_config(path: Path | str) -> HostConfig:
     """Read a TOML config; the default model stays available unless the file redefines it."""
     path = Path(path)
-    data = read_toml(path)
-    try:
-        config = HostConfig.model_validate(data)
-    except ValidationError as e:
-        raise ConfigError(format_validation_error(e, str(path))) from None
+    config = read_config(path, HostConfig)
     # Relative model paths are relative to the config file, as a user reading the file expects.
     fixed = {
         name: m.model_copy(update={"path": path.parent / m.path}) if m.path and not m.path.is_absolute() else m

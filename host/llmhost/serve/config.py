@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .. import policy as host_policy
 from ..config import (
@@ -22,8 +22,7 @@ from ..config import (
     ModelConfig,
     SandboxConfig,
     default_cache_dir,
-    format_validation_error,
-    read_toml,
+    read_config,
 )
 from . import policy
 
@@ -127,12 +126,7 @@ class ServeSettings:
 def load_app_config(path: Path | str) -> AppConfig:
     """Read an app config; relative paths in it are relative to the file."""
     path = Path(path)
-    data = read_toml(path)
-    try:
-        config = AppConfig.model_validate(data)
-    except ValidationError as e:
-        raise ConfigError(format_validation_error(e, str(path))) from None
-    return _relative_to(config, path.parent)
+    return _relative_to(read_config(path, AppConfig), path.parent)
 
 
 def _relative_to(config: AppConfig, base: Path) -> AppConfig:
