@@ -1,11 +1,13 @@
-"""Continuous batching: one thread per model decodes every active generation together.
+"""Continuous batching: every active generation of a model is decoded together, one step at a time.
 
 Each step builds one batch: the next token of every generating slot, then prompt chunks of generations still
 in prefill, up to the batch size (so a long prompt never stalls the others); decodes once; samples each slot
-from its own row; hands each generation its events. A generation whose reader lags `LOOKAHEAD` events behind
-is skipped, so an unread stream costs little, and a cancelled one stops before the next step. When decoding uses
-every core, the readers a step woke get their turn before the next decode (`READER_TURN_S`). New generations
-are admitted first come, first served, as slots free up.
+from its own row; hands each generation its events. A step runs on the thread that needs it: a reader waiting
+in next() with nothing to read runs the step itself, so a lone stream costs no thread hand-off per token; a
+background thread runs the steps nobody waits for (reading ahead for a reader busy with its last chunk). A
+generation whose reader lags `LOOKAHEAD` events behind is skipped, so an unread stream costs little, and a
+cancelled one stops before the next step. When decoding uses every core, the readers a step woke get their turn
+before the next decode (`READER_TURN_S`). New generations are admitted first come, first served, as slots free up.
 """
 
 from __future__ import annotations
@@ -38,9 +40,13 @@ LOOKAHEAD = 4
 
 # When decoding uses every core, a reader handling its chunk during the next decode takes a core from one of
 # llama.cpp's threads, and the others wait for it at each barrier of the graph: that slows the decode by several
-# times the reader's own time. So after a step the scheduler gives the readers it woke their turn first (they
-# take their chunk and come back to next()), for at most this long.
+# times the reader's own time. So after a step the readers it woke get their turn first (they take their chunk and
+# come back to next()) for at most this long, and the background thread waits as long before reading ahead.
 READER_TURN_S = 0.003
+
+# A step that could do nothing (every slot busy, nothing to decode) is retried after this long, or as soon as
+# something changes (a slot frees, a generation arrives or is cancelled), so waiting never spins.
+STALL_RETRY_S = 0.05
 
 
 class LlamaGeneration:
@@ -74,8 +80,11 @@ class LlamaGeneration:
         self.eog = False
         self.submitted_at = 0.0
         self.ended = False  # the scheduler no longer runs it (finished, failed or cancelled)
+        # Guarded by the scheduler's mutex: the events, and whether the reader waits in next() for one.
         self._events: collections.deque[StreamEvent | LlmError] = collections.deque()
-        self._ready = threading.Condition()
+        self._ready = model.scheduler.condition()
+        self._left_at = 0.0  # when the reader last left next() with an event
+        self._back_within_turn = False  # the reader came back to next() within its turn last time
         self._submitted = False
         self._exhausted = False
         self._delivered: list[str] = []  # chunk texts the reader took
@@ -99,14 +108,7 @@ class LlamaGeneration:
         if not self._submitted:
             self._submitted = True
             self.model.scheduler.submit(self)
-        with self._ready:
-            if not self._events:
-                self._reader_blocked = True
-                self._ready.notify_all()  # the scheduler may be waiting for this reader to come back
-                self._ready.wait_for(lambda: bool(self._events))
-                self._reader_blocked = False
-            event = self._events.popleft()
-        self.model.scheduler.wake()  # its slot may run again
+        event = self.model.scheduler.next_event(self)
         if isinstance(event, LlmError):
             self._exhausted = True
             raise event
@@ -132,17 +134,7 @@ class LlamaGeneration:
     # --- scheduler side (model lock held) ------------------------------------------------------------------
     def push(self, event: StreamEvent | LlmError) -> bool:
         """Queue an event for the reader; returns whether a reader was waiting for it."""
-        with self._ready:
-            self._events.append(event)
-            self._ready.notify_all()
-            return self._reader_blocked
-
-    def await_reader(self, deadline: float) -> None:
-        """Wait (until `deadline`, monotonic) for the reader to take its events and come back to next()."""
-        with self._ready:
-            self._ready.wait_for(
-                lambda: (self._reader_blocked and not self._events) or self.ended, max(0.0, deadline - time.monotonic())
-            )
+        return self.model.scheduler.deliver(self, event)
 
     @property
     def waiting_unread(self) -> bool:
@@ -209,17 +201,26 @@ class Row:
 
 
 class Scheduler:
-    """The model's decode loop (a daemon thread, started on first use)."""
+    """The model's decode steps, run by waiting readers or by a background thread (started on first use).
+
+    One mutex guards the hand-over: every generation's events, which readers wait in next(), and whether a step
+    is under way. Lock order: the model lock, then the mutex (never the reverse)."""
 
     def __init__(self, model: LlamaModel) -> None:
         self.model = model
         self._waiting: collections.deque[LlamaGeneration] = collections.deque()
         self._active: list[LlamaGeneration] = []
-        self._wake = threading.Condition()
+        self._mutex = threading.Lock()
+        self._turn_cv = self.condition()  # a step waiting for the readers' turn
+        self._background_cv = self.condition()
         self._thread: threading.Thread | None = None
         self._stop = False
+        self._stepping = False  # a thread is running a step (at most one at a time)
+        self._blocked: list[LlamaGeneration] = []  # whose readers wait in next() (each may run the next step)
+        self._last_step_end = 0.0
+        self._stalled_until = 0.0
         self.steps = 0
-        self.readers: list[LlamaGeneration] = []  # woken by this step's events, with a chunk to handle
+        self.readers: list[LlamaGeneration] = []  # woken by the last step's events, with a chunk to handle
         self.reader_turn_s = READER_TURN_S if model.cpu_bound else 0.0
 
     def submit(self, job: LlamaGeneration) -> None:
@@ -242,9 +243,14 @@ class Scheduler:
             job.push(EngineError("the generation was cancelled"))
         self.wake()
 
+    def condition(self) -> threading.Condition:
+        return threading.Condition(self._mutex)
+
     def wake(self) -> None:
-        with self._wake:
-            self._wake.notify_all()
+        """Something changed that may let a step run (a generation arrived, a slot freed, a reader caught up)."""
+        with self._mutex:
+            self._stalled_until = 0.0
+            self._wake_stepper()
 
     def stop(self) -> None:
         self._stop = True
@@ -253,38 +259,126 @@ class Scheduler:
             self._thread.join(timeout=5)
 
     def _ensure_thread(self) -> None:
-        with self._wake:
+        with self._mutex:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=f"llmhost-{self.model.name}", daemon=True)
                 self._thread.start()
 
+    # --- hand-over (mutex held unless said otherwise) ------------------------------------------------------
+    def deliver(self, job: LlamaGeneration, event: StreamEvent | LlmError) -> bool:
+        """Queue `event` for `job`'s reader; returns whether the reader was waiting in next() for it."""
+        with self._mutex:
+            job._events.append(event)
+            job._ready.notify()
+            return job._reader_blocked
+
+    def next_event(self, job: LlamaGeneration) -> StreamEvent | LlmError:
+        """`job`'s next event, for its reader. While there is none, this thread runs the steps (when no other
+        thread is running one): the reader then gets its event with no thread hand-off."""
+        with self._mutex:
+            if job._left_at:
+                job._back_within_turn = time.monotonic() - job._left_at < self.reader_turn_s
+            while not job._events:
+                if self._stop:
+                    return EngineError(f"model {self.model.name!r} was closed")
+                if self._may_step():
+                    self._step_here(job)
+                    continue
+                job._reader_blocked = True
+                self._blocked.append(job)
+                self._turn_cv.notify()  # a step may be waiting for this reader's turn
+                job._ready.wait(self._stall_wait())
+                self._blocked.remove(job)
+                job._reader_blocked = False
+            caught_up = len(job._events) == LOOKAHEAD  # it was skipped by the steps: now it can run again
+            event = job._events.popleft()
+            if caught_up:
+                self._wake_stepper()
+            job._left_at = time.monotonic()
+            return event
+
+    def _idle_reader(self) -> LlamaGeneration | None:
+        """A generation whose reader waits in next() with nothing to read: it runs the next step itself."""
+        return next((job for job in self._blocked if not job._events), None)
+
+    def _wake_stepper(self, stepped_for: LlamaGeneration | None = None) -> None:
+        """Wake a thread to run the next step: a reader waiting with nothing to read, else the background one,
+        unless the reader who just ran a step for its own generation is expected back within its turn (waking
+        a thread costs that reader time: the woken one takes the GIL while the reader hands its chunk over)."""
+        idle = self._idle_reader()
+        if idle is not None:
+            idle._ready.notify()
+        elif stepped_for is None or stepped_for.ended or not stepped_for._back_within_turn:
+            self._background_cv.notify()
+
     def _runnable(self) -> bool:
         return bool(self._waiting) or any(not j.waiting_unread for j in self._active)
 
-    def _run(self) -> None:
-        while not self._stop:
-            with self._wake:
-                self._wake.wait_for(lambda: self._stop or self._runnable(), timeout=1.0)
-            if self._stop:
-                return
-            self.readers.clear()
-            with self.model.lock:
-                try:
-                    self._step()
-                except Exception as error:  # never let the loop die: fail what was running, keep serving
-                    log.exception("decode step failed")
-                    for job in [*self._active]:
-                        self._active.remove(job)
-                        job.push(error if isinstance(error, LlmError) else EngineError(f"decode failed: {error}"))
-                        job.finish()
-            if self.reader_turn_s and self.readers:
-                deadline = time.monotonic() + self.reader_turn_s
-                for job in self.readers:
-                    job.await_reader(deadline)
+    def _may_step(self) -> bool:
+        return not self._stepping and self._runnable() and time.monotonic() >= self._stalled_until
 
-    def _admit(self) -> None:
-        """First come, first served: attach waiting jobs while slots are free (or can be freed)."""
+    def _stall_wait(self) -> float | None:
+        """How long a thread that may not step waits before looking again (None: until notified)."""
+        if self._stepping or not self._runnable():
+            return None
+        return max(0.0, self._stalled_until - time.monotonic())
+
+    def _step_here(self, stepped_for: LlamaGeneration | None = None) -> None:
+        """Run one step on this thread, for `stepped_for`'s reader or the background thread (mutex held on entry
+        and exit, released during the step)."""
+        self._stepping = True
+        self._mutex.release()
+        try:
+            progressed = self._turn_then_step()
+        finally:
+            self._mutex.acquire()
+            self._stepping = False
+            self._last_step_end = time.monotonic()
+            if not progressed:
+                self._stalled_until = self._last_step_end + STALL_RETRY_S
+            self._wake_stepper(stepped_for)
+
+    def _run(self) -> None:
+        """The background thread: runs the steps no reader waits for, after the woken readers' turn."""
+        with self._mutex:
+            while not self._stop:
+                if self._stepping or self._idle_reader() is not None or not self._runnable():
+                    self._background_cv.wait()
+                    continue
+                ready_at = max(self._last_step_end + self.reader_turn_s, self._stalled_until)
+                delay = ready_at - time.monotonic()
+                if delay > 0:
+                    self._background_cv.wait(delay)
+                    continue
+                self._step_here()
+
+    # --- steps (no mutex held) -----------------------------------------------------------------------------
+    def _turn_then_step(self) -> bool:
+        """Give the readers the last step woke their turn, then run a step; returns whether it did anything."""
+        if self.reader_turn_s and self.readers:
+            deadline = self._last_step_end + self.reader_turn_s
+            with self._mutex:
+                self._turn_cv.wait_for(
+                    lambda: all(j.ended or (j._reader_blocked and not j._events) for j in self.readers),
+                    max(0.0, deadline - time.monotonic()),
+                )
+        self.readers = []
+        with self.model.lock:
+            try:
+                return self._step()
+            except Exception as error:  # never let a step take the engine down: fail what was running
+                log.exception("decode step failed")
+                for job in [*self._active]:
+                    self._active.remove(job)
+                    job.push(error if isinstance(error, LlmError) else EngineError(f"decode failed: {error}"))
+                    job.finish()
+                return True
+
+    def _admit(self) -> bool:
+        """First come, first served: attach waiting jobs while slots are free (or can be freed); returns whether
+        any job left the queue."""
         now = time.monotonic()
+        queued = len(self._waiting)
         while self._waiting:
             job = self._waiting[0]
             if not self.model.slots.attach(job.state, wait=False, reuse_prefix=job.reuse_prefix):
@@ -293,7 +387,7 @@ class Scheduler:
                     job.push(slots_busy_error(self.model.name, self.model.config.slots))
                     job.finish()
                     continue
-                return
+                break
             self._waiting.popleft()
             job.start()
             if len(job.state.tokens) >= self.model.n_ctx:  # a full window: nothing can be generated
@@ -301,6 +395,7 @@ class Scheduler:
                 job.finish()
                 continue
             self._active.append(job)
+        return len(self._waiting) < queued
 
     def _plan(self) -> list[Row]:
         """Decode rows first (one token each), then prefill chunks in arrival order, within the batch size."""
@@ -319,11 +414,12 @@ class Scheduler:
             rows.append(Row(job, chunk, None if len(chunk) < len(pending) else -1))
         return rows
 
-    def _step(self) -> None:
-        self._admit()
+    def _step(self) -> bool:
+        """Admit, decode and sample once (model lock held); returns whether anything was admitted or decoded."""
+        admitted = self._admit()
         rows = self._plan()
         if not rows:
-            return
+            return admitted
         rows = self.model.decode_rows(rows)
         self.steps += 1
         for row in rows:
@@ -335,3 +431,4 @@ class Scheduler:
             if job.accept(token, logprob):
                 self._active.remove(job)
                 job.finish()
+        return admitted or bool(rows)

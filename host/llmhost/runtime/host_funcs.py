@@ -20,37 +20,178 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from ctypes import CFUNCTYPE, c_void_p, create_string_buffer
+from ctypes import CFUNCTYPE, POINTER, byref, c_char_p, c_size_t, c_void_p, create_string_buffer, pointer
 from typing import Any
 
 from wasmtime import WasmtimeError
 from wasmtime import _ffi as ffi
-from wasmtime.component import FuncType, LinkerInstance, ListType, OptionType, RecordType, ResultType, TupleType
+from wasmtime.component import (
+    F32,
+    F64,
+    S8,
+    S16,
+    S32,
+    S64,
+    U8,
+    U16,
+    U32,
+    U64,
+    Bool,
+    EnumType,
+    FuncType,
+    LinkerInstance,
+    ListType,
+    OptionType,
+    RecordType,
+    ResultType,
+    String,
+    TupleType,
+    Variant,
+)
 from wasmtime.component import VariantType as _VariantType
 from wasmtime.component._enter import catch_exceptions
 from wasmtime.component._types import VariantLikeType
 
+# Lowering: every `lower(store, value, out)` writes `value` into `out` (a `wasmtime_component_val_t`) whole, or
+# raises and leaves `out` as it was, so that a failed lowering never leaves wasmtime a half-built value to free.
+# Names (record fields, variant cases) are encoded once; each string wasmtime will own takes one C call.
+_BOOL = ffi.WASMTIME_COMPONENT_BOOL.value
+_byte_vec_new = ffi.dll["wasm_byte_vec_new"]  # our own prototype of it (indexing makes a new one): takes bytes
+_byte_vec_new.restype = None
+_byte_vec_new.argtypes = [POINTER(ffi.wasm_byte_vec_t), c_size_t, c_char_p]
 
-class _Record:
-    convert_to_c = RecordType.convert_to_c
+
+def _new_name(vec: Any, encoded: bytes) -> None:
+    _byte_vec_new(byref(vec), len(encoded), encoded)
+
+
+def _boxed(store: Any, node: Any, value: Any) -> Any:
+    """A variant-like payload: lowered into a new heap value (None for a case without payload)."""
+    if node is None:
+        return None
+    raw = ffi.wasmtime_component_val_t()
+    node.lower(store, value, raw)
+    return ffi.wasmtime_component_val_new(byref(raw))
+
+
+class _Node:
+    """A converter: lifting is wasmtime-py's own code, lowering ours; `convert_to_c` as wasmtime-py calls it."""
+
+    def lower(self, store: Any, value: Any, out: Any) -> None:
+        raise NotImplementedError
+
+    def convert_to_c(self, store: Any, value: Any, ptr: Any) -> None:
+        self.lower(store, value, ptr.contents)
+
+
+_SCALARS: dict[type, tuple[str, type, int]] = {
+    Bool: ("boolean", bool, ffi.WASMTIME_COMPONENT_BOOL.value),
+    S8: ("s8", int, ffi.WASMTIME_COMPONENT_S8.value),
+    S16: ("s16", int, ffi.WASMTIME_COMPONENT_S16.value),
+    S32: ("s32", int, ffi.WASMTIME_COMPONENT_S32.value),
+    S64: ("s64", int, ffi.WASMTIME_COMPONENT_S64.value),
+    U8: ("u8", int, ffi.WASMTIME_COMPONENT_U8.value),
+    U16: ("u16", int, ffi.WASMTIME_COMPONENT_U16.value),
+    U32: ("u32", int, ffi.WASMTIME_COMPONENT_U32.value),
+    U64: ("u64", int, ffi.WASMTIME_COMPONENT_U64.value),
+    F32: ("f32", float, ffi.WASMTIME_COMPONENT_F32.value),
+    F64: ("f64", float, ffi.WASMTIME_COMPONENT_F64.value),
+}
+
+
+class _Leaf(_Node):
+    """A type without nested types. Numbers, strings and enums are lowered here; the rest (chars, flags,
+    resource handles) by wasmtime-py."""
+
+    def __init__(self, ty: Any) -> None:
+        self.ty = ty
+        self.convert_from_c = ty.convert_from_c
+        self.add_classes = ty.add_classes
+        self.scalar = _SCALARS.get(type(ty))
+
+    def lower(self, store: Any, value: Any, out: Any) -> None:
+        if self.scalar is not None:
+            field, python_type, kind = self.scalar
+            if not isinstance(value, python_type):
+                raise TypeError(f"expected {python_type.__name__} for {type(self.ty).__name__} type")
+            setattr(out.of, field, value)
+            out.kind = kind
+        elif isinstance(self.ty, String):
+            if not isinstance(value, str):
+                raise TypeError("expected string type")
+            _new_name(out.of.string, value.encode())
+            out.kind = ffi.WASMTIME_COMPONENT_STRING.value
+        elif isinstance(self.ty, EnumType):
+            if not isinstance(value, str):
+                raise TypeError("expected str type")
+            _new_name(out.of.enumeration, value.encode())
+            out.kind = ffi.WASMTIME_COMPONENT_ENUM.value
+        else:
+            self.ty.convert_to_c(store, value, pointer(out))
+
+
+class _Record(_Node):
     convert_from_c = RecordType.convert_from_c
     add_classes = RecordType.add_classes
 
     def __init__(self, fields: list[tuple[str, Any]]) -> None:
         self.fields = fields
+        self.encoded = [name.encode() for name, _ in fields]
+
+    def lower(self, store: Any, value: Any, out: Any) -> None:
+        raw = ffi.wasmtime_component_valrecord_t()
+        ffi.wasmtime_component_valrecord_new_uninit(byref(raw), len(self.fields))
+        entries = [raw.data[i] for i in range(len(self.fields))]
+        for entry, encoded in zip(entries, self.encoded, strict=True):
+            entry.val.kind = _BOOL  # until lowered: safe to free
+            _new_name(entry.name, encoded)
+        try:
+            for entry, (name, node) in zip(entries, self.fields, strict=True):
+                node.lower(store, getattr(value, name), entry.val)
+        except BaseException:
+            ffi.wasmtime_component_valrecord_delete(byref(raw))
+            raise
+        out.of.record = raw
+        out.kind = ffi.WASMTIME_COMPONENT_RECORD.value
 
 
-class _Tuple:
-    convert_to_c = TupleType.convert_to_c
+def _lower_elements(store: Any, nodes: Any, values: Any, raw: Any, new: Any, delete: Any) -> Any:
+    """A list or tuple's elements, lowered into `raw`, a new vector (`new`, freed by `delete`)."""
+    new(byref(raw), len(values))
+    items = [raw.data[i] for i in range(len(values))]
+    for item in items:
+        item.kind = _BOOL
+    try:
+        for item, node, element in zip(items, nodes, values, strict=True):
+            node.lower(store, element, item)
+    except BaseException:
+        delete(byref(raw))
+        raise
+    return raw
+
+
+class _Tuple(_Node):
     convert_from_c = TupleType.convert_from_c
     add_classes = TupleType.add_classes
 
     def __init__(self, elements: list[Any]) -> None:
         self.elements = elements
 
+    def lower(self, store: Any, value: Any, out: Any) -> None:
+        if not isinstance(value, tuple):
+            raise TypeError("expected tuple type")
+        if len(value) != len(self.elements):
+            raise TypeError("tuple length mismatch")
+        raw, new, delete = (
+            ffi.wasmtime_component_valtuple_t(),
+            ffi.wasmtime_component_valtuple_new_uninit,
+            ffi.wasmtime_component_valtuple_delete,
+        )
+        out.of.tuple = _lower_elements(store, self.elements, value, raw, new, delete)
+        out.kind = ffi.WASMTIME_COMPONENT_TUPLE.value
 
-class _List:
-    convert_to_c = ListType.convert_to_c
+
+class _List(_Node):
     convert_from_c = ListType.convert_from_c
     add_classes = ListType.add_classes
 
@@ -61,14 +202,25 @@ class _List:
     def _is_bytes(self) -> bool:
         return self.bytes
 
+    def lower(self, store: Any, value: Any, out: Any) -> None:
+        if not isinstance(value, bytes if self.bytes else list):
+            raise TypeError("expected bytes value" if self.bytes else "expected list value")
+        raw, new, delete = (
+            ffi.wasmtime_component_vallist_t(),
+            ffi.wasmtime_component_vallist_new_uninit,
+            ffi.wasmtime_component_vallist_delete,
+        )
+        elements = itertools.repeat(self.element, len(value))
+        out.of.list = _lower_elements(store, elements, value, raw, new, delete)
+        out.kind = ffi.WASMTIME_COMPONENT_LIST.value
+
 
 _variant_like: Any = VariantLikeType  # its methods run on the snapshot below, which is not a subclass
 
 
-class _VariantLike:
-    """Cases read once; whether values are tagged (`Variant`) and the classes it accepts, computed once."""
+class _VariantLike(_Node):
+    """Cases read once; whether values are tagged (`Variant`) and the classes each case accepts, computed once."""
 
-    _lower = VariantLikeType._lower
     _lift = VariantLikeType._lift
 
     def __init__(self, cases: list[tuple[str, Any]]) -> None:
@@ -76,6 +228,13 @@ class _VariantLike:
         self.tagged = _variant_like._tagged(self)
         self.classes: set[type] = set()
         _variant_like.add_classes(self, self.classes)
+        self.by_tag = {name: (name, name.encode(), node) for name, node in cases}
+        self.untagged: list[tuple[str, bytes, Any, tuple[type, ...]]] = []
+        for name, node in cases:
+            accepted: set[type] = set()
+            if node is not None:
+                node.add_classes(accepted)
+            self.untagged.append((name, name.encode(), node, tuple(accepted)))
 
     def _cases(self) -> list[tuple[str, Any]]:
         return self.case_list
@@ -86,25 +245,56 @@ class _VariantLike:
     def add_classes(self, s: set[type]) -> None:
         s.update(self.classes)
 
+    def _case(self, store: Any, value: Any) -> tuple[str, bytes, Any]:
+        """The case `value` is (wasmtime-py's rules), its encoded name, and its payload lowered and boxed."""
+        if self.tagged:
+            if not isinstance(value, Variant):
+                raise TypeError("expected Variant type")
+            case = self.by_tag.get(value.tag)
+            if case is not None:
+                name, encoded, node = case
+                return name, encoded, _boxed(store, node, value.payload)
+        else:
+            for name, encoded, node, accepted in self.untagged:
+                if node is None:
+                    if value is None:
+                        return name, encoded, None
+                elif isinstance(value, accepted):
+                    return name, encoded, _boxed(store, node, value)
+        raise ValueError("value not valid for this variant")
+
 
 class _Variant(_VariantLike):
-    convert_to_c = _VariantType.convert_to_c
     convert_from_c = _VariantType.convert_from_c
+
+    def lower(self, store: Any, value: Any, out: Any) -> None:
+        _, encoded, payload = self._case(store, value)
+        out.of.variant.val = payload
+        _new_name(out.of.variant.discriminant, encoded)
+        out.kind = ffi.WASMTIME_COMPONENT_VARIANT.value
 
 
 class _Option(_VariantLike):
-    convert_to_c = OptionType.convert_to_c
     convert_from_c = OptionType.convert_from_c
+
+    def lower(self, store: Any, value: Any, out: Any) -> None:
+        _, _, payload = self._case(store, value)
+        out.of.option = payload
+        out.kind = ffi.WASMTIME_COMPONENT_OPTION.value
 
 
 class _Result(_VariantLike):
-    convert_to_c = ResultType.convert_to_c
     convert_from_c = ResultType.convert_from_c
+
+    def lower(self, store: Any, value: Any, out: Any) -> None:
+        name, _, payload = self._case(store, value)
+        out.of.result.is_ok = name == "ok"
+        out.of.result.val = payload
+        out.kind = ffi.WASMTIME_COMPONENT_RESULT.value
 
 
 def snapshot(ty: Any) -> Any:
-    """A converter for `ty` (a wasmtime-py `ValType`) that never goes back to the C API for type information.
-    Types without nested types (numbers, strings, enums, flags, handles) are used as they are."""
+    """A converter for `ty` (a wasmtime-py `ValType`) that never goes back to the C API for type information."""
     if ty is None:
         return None
     if isinstance(ty, RecordType):
@@ -119,7 +309,7 @@ def snapshot(ty: Any) -> Any:
         return _Option([("none", None), ("some", snapshot(ty.payload))])
     if isinstance(ty, ResultType):
         return _Result([("ok", snapshot(ty.ok)), ("err", snapshot(ty.err))])
-    return ty
+    return _Leaf(ty)
 
 
 class _Signature:
@@ -142,7 +332,7 @@ def _call(fid: int | None, context: Any, _ty: Any, args: Any, nargs: int, result
             raise TypeError("the caller imported this function with another type than the one it was defined for")
         result = func(store, *[ty.convert_from_c(args[i]) for i, ty in enumerate(signature.params)])
         if signature.result is not None:
-            signature.result.convert_to_c(store, result, results)
+            signature.result.lower(store, result, results[0])
 
     return catch_exceptions(context, run)
 
