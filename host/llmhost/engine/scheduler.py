@@ -253,8 +253,11 @@ class Scheduler:
             self._wake_stepper()
 
     def stop(self) -> None:
-        self._stop = True
-        self.wake()
+        with self._mutex:
+            self._stop = True
+            for job in self._blocked:  # every reader still waiting learns that the model is closed
+                job._ready.notify()
+            self._background_cv.notify()
         if self._thread is not None:
             self._thread.join(timeout=5)
 
