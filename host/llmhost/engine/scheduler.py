@@ -80,7 +80,7 @@ class LlamaGeneration:
         self.eog = False
         self.submitted_at = 0.0
         self.ended = False  # the scheduler no longer runs it (finished, failed or cancelled)
-        # Guarded by the scheduler's mutex: the events, and whether the reader waits in next() for one.
+        # Guarded by the scheduler's mutex (which also knows whether the reader waits in next() for an event).
         self._events: collections.deque[StreamEvent | LlmError] = collections.deque()
         self._ready = model.scheduler.condition()
         self._left_at = 0.0  # when the reader last left next() with an event
@@ -88,7 +88,6 @@ class LlamaGeneration:
         self._submitted = False
         self._exhausted = False
         self._delivered: list[str] = []  # chunk texts the reader took
-        self._reader_blocked = False  # a reader is inside next(), waiting for an event
 
     @property
     def usage(self) -> Usage:
@@ -273,7 +272,7 @@ class Scheduler:
         with self._mutex:
             job._events.append(event)
             job._ready.notify()
-            return job._reader_blocked
+            return job in self._blocked
 
     def next_event(self, job: LlamaGeneration) -> StreamEvent | LlmError:
         """`job`'s next event, for its reader. While there is none, this thread runs the steps (when no other
@@ -287,12 +286,10 @@ class Scheduler:
                 if self._may_step():
                     self._step_here(job)
                     continue
-                job._reader_blocked = True
                 self._blocked.append(job)
                 self._turn_cv.notify()  # a step may be waiting for this reader's turn
                 job._ready.wait(self._stall_wait())
                 self._blocked.remove(job)
-                job._reader_blocked = False
             caught_up = len(job._events) == LOOKAHEAD  # it was skipped by the steps: now it can run again
             event = job._events.popleft()
             if caught_up:
@@ -362,7 +359,7 @@ class Scheduler:
             deadline = self._last_step_end + self.reader_turn_s
             with self._mutex:
                 self._turn_cv.wait_for(
-                    lambda: all(j.ended or (j._reader_blocked and not j._events) for j in self.readers),
+                    lambda: all(j.ended or (j in self._blocked and not j._events) for j in self.readers),
                     max(0.0, deadline - time.monotonic()),
                 )
         self.readers = []

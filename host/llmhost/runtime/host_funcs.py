@@ -101,33 +101,42 @@ _SCALARS: dict[type, tuple[str, type, int]] = {
 
 class _Leaf(_Node):
     """A type without nested types. Numbers, strings and enums are lowered here; the rest (chars, flags,
-    resource handles) by wasmtime-py."""
+    resource handles) by wasmtime-py. Which way is chosen once, here, not on every value."""
 
     def __init__(self, ty: Any) -> None:
         self.ty = ty
         self.convert_from_c = ty.convert_from_c
         self.add_classes = ty.add_classes
         self.scalar = _SCALARS.get(type(ty))
+        if self.scalar is not None:
+            self.lower = self._lower_scalar  # type: ignore[method-assign]
+        elif isinstance(ty, String):
+            self.lower = self._lower_string  # type: ignore[method-assign]
+        elif isinstance(ty, EnumType):
+            self.lower = self._lower_enum  # type: ignore[method-assign]
 
     def lower(self, store: Any, value: Any, out: Any) -> None:
-        if self.scalar is not None:
-            field, python_type, kind = self.scalar
-            if not isinstance(value, python_type):
-                raise TypeError(f"expected {python_type.__name__} for {type(self.ty).__name__} type")
-            setattr(out.of, field, value)
-            out.kind = kind
-        elif isinstance(self.ty, String):
-            if not isinstance(value, str):
-                raise TypeError("expected string type")
-            _new_name(out.of.string, value.encode())
-            out.kind = ffi.WASMTIME_COMPONENT_STRING.value
-        elif isinstance(self.ty, EnumType):
-            if not isinstance(value, str):
-                raise TypeError("expected str type")
-            _new_name(out.of.enumeration, value.encode())
-            out.kind = ffi.WASMTIME_COMPONENT_ENUM.value
-        else:
-            self.ty.convert_to_c(store, value, pointer(out))
+        self.ty.convert_to_c(store, value, pointer(out))
+
+    def _lower_scalar(self, store: Any, value: Any, out: Any) -> None:
+        assert self.scalar is not None
+        field, python_type, kind = self.scalar
+        if not isinstance(value, python_type):
+            raise TypeError(f"expected {python_type.__name__} for {type(self.ty).__name__} type")
+        setattr(out.of, field, value)
+        out.kind = kind
+
+    def _lower_string(self, store: Any, value: Any, out: Any) -> None:
+        if not isinstance(value, str):
+            raise TypeError("expected string type")
+        _new_name(out.of.string, value.encode())
+        out.kind = ffi.WASMTIME_COMPONENT_STRING.value
+
+    def _lower_enum(self, store: Any, value: Any, out: Any) -> None:
+        if not isinstance(value, str):
+            raise TypeError("expected str type")
+        _new_name(out.of.enumeration, value.encode())
+        out.kind = ffi.WASMTIME_COMPONENT_ENUM.value
 
 
 class _Record(_Node):
