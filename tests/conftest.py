@@ -22,7 +22,11 @@ REPO = Path(__file__).resolve().parents[1]
 GUEST_SOURCES = {
     "probe": REPO / "tests" / "guests" / "probe",
     "hello": REPO / "guest-examples" / "hello",
+    # The probe as it was at llmhost:llm@0.1.0, built against that WIT: 0.1.0 components must keep running.
+    "probe_0_1_0": REPO / "tests" / "guests" / "probe_0_1_0",
 }
+# Guests built against another WIT directory than the current one.
+GUEST_WIT = {"probe_0_1_0": REPO / "wit" / "0.1.0"}
 
 
 # Guests of the `http-app` world (llmhost serve), built like the others.
@@ -43,9 +47,11 @@ def llmhost_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def guest_wasm(llmhost_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Every test guest, built once (in parallel: componentize-py is single-threaded) through llmhost.build."""
     out = tmp_path_factory.mktemp("guests")
-    with ThreadPoolExecutor(max_workers=len(GUEST_SOURCES)) as pool:
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two cores
         futures = {
-            name: pool.submit(build_component, source, out / f"{name}.wasm", cache_dir=llmhost_cache_dir)
+            name: pool.submit(
+                build_component, source, out / f"{name}.wasm", cache_dir=llmhost_cache_dir, wit=GUEST_WIT.get(name)
+            )
             for name, source in GUEST_SOURCES.items()
         }
         return {name: future.result() for name, future in futures.items()}
@@ -55,7 +61,7 @@ def guest_wasm(llmhost_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory
 def http_wasm(llmhost_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Every `http-app` guest, built once per run (in parallel)."""
     out = tmp_path_factory.mktemp("http-guests")
-    with ThreadPoolExecutor(max_workers=len(HTTP_GUEST_SOURCES)) as pool:
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two cores
         futures = {
             name: pool.submit(build_component, source, out / f"{name}.wasm", "http-app", cache_dir=llmhost_cache_dir)
             for name, source in HTTP_GUEST_SOURCES.items()
@@ -69,6 +75,11 @@ def probe_wasm(guest_wasm: dict[str, Path]) -> Path:
 
 
 @pytest.fixture(scope="session")
+def probe_0_1_0_wasm(guest_wasm: dict[str, Path]) -> Path:
+    return guest_wasm["probe_0_1_0"]
+
+
+@pytest.fixture(scope="session")
 def hello_wasm(guest_wasm: dict[str, Path]) -> Path:
     return guest_wasm["hello"]
 
@@ -79,11 +90,11 @@ def fake_config(llmhost_cache_dir: Path) -> HostConfig:
 
 
 @pytest.fixture(scope="session")
-def compile_notes(fake_config: HostConfig, probe_wasm: Path, hello_wasm: Path) -> list[str]:
+def compile_notes(fake_config: HostConfig, guest_wasm: dict[str, Path]) -> list[str]:
     """Compile every guest once per run (the first load may compile); the notes it printed, for cache tests."""
     notes: list[str] = []
     with Host(fake_config, note=notes.append) as host:
-        for wasm in (probe_wasm, hello_wasm):
+        for wasm in guest_wasm.values():
             host.load(wasm)
     return notes
 

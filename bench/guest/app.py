@@ -21,6 +21,11 @@ def greedy(n: str) -> llm.InferencingParams:
         top_k=0,
         top_p=1.0,
         seed=None,
+        constraint=None,
+        logprobs=None,
+        frequency_penalty=0.0,
+        presence_penalty=0.0,
+        logit_bias=[],
     )
 
 
@@ -34,6 +39,11 @@ def numbered_list(model: str, items: int, prompt: str, use_sequence: bool) -> di
         top_k=0,
         top_p=1.0,
         seed=None,
+        constraint=None,
+        logprobs=None,
+        frequency_penalty=0.0,
+        presence_penalty=0.0,
+        logit_bias=[],
     )
     start = time.perf_counter()
     if use_sequence:

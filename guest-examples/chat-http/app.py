@@ -117,6 +117,11 @@ def chat(request, writer):
         top_k=40,
         top_p=0.9,
         seed=None,
+        constraint=None,
+        logprobs=None,
+        frequency_penalty=0.0,
+        presence_penalty=0.0,
+        logit_bias=[],
     )
     writer.start(200, [("content-type", "text/event-stream"), ("cache-control", "no-store")])
     try:

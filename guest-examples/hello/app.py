@@ -27,6 +27,11 @@ class WitWorld(WitWorld):
             top_k=40,
             top_p=0.9,
             seed=None,
+            constraint=None,
+            logprobs=None,
+            frequency_penalty=0.0,
+            presence_penalty=0.0,
+            logit_bias=[],
         )
         try:
             result = llm.infer(MODEL, prompt, params)

@@ -67,6 +67,11 @@ def params_from(body, default_max_tokens):
         top_k=0,
         top_p=float(1.0 if top_p is None else top_p),
         seed=body.get("seed"),
+        constraint=None,
+        logprobs=None,
+        frequency_penalty=0.0,
+        presence_penalty=0.0,
+        logit_bias=[],
     )
 
 

@@ -22,6 +22,11 @@ class WitWorld(_World):
             top_k=40,
             top_p=0.9,
             seed=None,
+            constraint=None,
+            logprobs=None,
+            frequency_penalty=0.0,
+            presence_penalty=0.0,
+            logit_bias=[],
         )
         try:
             with llm.infer_stream(MODEL, prompt, params) as stream:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
 from wasmtime import Engine
 from wasmtime.component import (
     Component,
@@ -30,20 +31,35 @@ from wasmtime.component import (
 
 from . import policy
 from .types import (
+    BeamParams,
+    ChatEvent,
+    ChatMessage,
+    ChatParams,
+    ChatResult,
+    ChatRole,
+    Constraint,
     EmbeddingsResult,
     InferenceResult,
     InferencingParams,
+    InvalidInput,
     LlmError,
+    LogitBias,
     ModelInfo,
     StreamChunk,
     StreamDone,
     StreamEvent,
+    TokenLogprob,
+    Tool,
+    ToolCall,
+    ToolCallDelta,
+    ToolChoice,
     Usage,
 )
 
 _log = logging.getLogger(__name__)
 
-# WIT field name -> `InferencingParams` attribute, in WIT order.
+# WIT field name -> `InferencingParams` attribute, in WIT order. Fields marked 0.2.0 are absent from a 0.1.0
+# component's record: they take their defaults (the whole of the 0.1.0 -> 0.2.0 conversion of params).
 _PARAM_FIELDS = {
     "max-tokens": "max_tokens",
     "repeat-penalty": "repeat_penalty",
@@ -54,19 +70,62 @@ _PARAM_FIELDS = {
     "top-p": "top_p",
     "seed": "seed",
 }
+_PARAM_FIELDS_0_2 = {
+    "constraint": "constraint",
+    "logprobs": "logprobs",
+    "frequency-penalty": "frequency_penalty",
+    "presence-penalty": "presence_penalty",
+    "logit-bias": "logit_bias",
+}
+_F32_FIELDS = ("repeat_penalty", "temperature", "top_p", "frequency_penalty", "presence_penalty")
+_MISSING = object()
 
 
 def params_from_wit(record: Any | None) -> InferencingParams:
-    """`option<inferencing-params>` -> params; `none` means the documented defaults."""
+    """`option<inferencing-params>` -> validated params; `none` means the documented defaults.
+
+    Raises `InvalidInput` naming the field for out-of-range values (NaN, empty stops, ...): the one place guest
+    params are checked (`InferencingParams` validates when constructed).
+    """
     if record is None:
         return policy.DEFAULT_PARAMS
     values = {attr: getattr(record, wit_name) for wit_name, attr in _PARAM_FIELDS.items()}
+    for wit_name, attr in _PARAM_FIELDS_0_2.items():
+        value = getattr(record, wit_name, _MISSING)
+        if value is not _MISSING:
+            values[attr] = value
     values["stop"] = tuple(values["stop"])
-    for name in ("repeat_penalty", "temperature", "top_p"):
-        values[name] = _shortest_f32(values[name])
-    # model_construct: the WIT types already guarantee the shapes. Ranges (NaN included) are checked later by
-    # `policy.validate_params`, which reports them as `invalid-input` naming the field.
-    return InferencingParams.model_construct(**values)
+    for name in _F32_FIELDS:
+        if name in values:
+            values[name] = _shortest_f32(values[name])
+    if values.get("constraint") is not None:
+        values["constraint"] = constraint_from_wit(values["constraint"])
+    if "logit_bias" in values:
+        values["logit_bias"] = tuple(
+            LogitBias(token_id=int(getattr(e, "token-id")), bias=_shortest_f32(float(e.bias)))
+            for e in values["logit_bias"]
+        )
+    return InferencingParams(**values)
+
+
+def constraint_from_wit(value: Any) -> Constraint:
+    """The WIT variant `constraint` (lifted as `Variant(tag, payload)`) -> `Constraint`."""
+    tag, payload = (value.tag, value.payload) if isinstance(value, Variant) else (str(value), None)
+    if tag == "choice":
+        return Constraint.choice(tuple(str(option) for option in payload or ()))
+    if tag == "json-object":
+        return Constraint.json_object()
+    if tag in ("json-schema", "regex", "grammar"):
+        return Constraint(kind=tag, text=str(payload))
+    raise InvalidInput(f"unknown constraint kind {tag!r}")
+
+
+def constraint_to_wit(constraint: Constraint) -> Variant:
+    if constraint.kind == "choice":
+        return Variant("choice", list(constraint.options))
+    if constraint.kind == "json-object":
+        return Variant("json-object")
+    return Variant(constraint.kind, constraint.text)
 
 
 def _shortest_f32(value: float) -> float:
@@ -88,8 +147,11 @@ def _shortest_f32(value: float) -> float:
 
 def params_to_wit(params: InferencingParams) -> Record:
     """The inverse of `params_from_wit` (used by tests and by host-side callers of guest exports)."""
-    values = {wit_name: getattr(params, attr) for wit_name, attr in _PARAM_FIELDS.items()}
+    values = {wit_name: getattr(params, attr) for wit_name, attr in {**_PARAM_FIELDS, **_PARAM_FIELDS_0_2}.items()}
     values["stop"] = list(values["stop"])
+    if params.constraint is not None:
+        values["constraint"] = constraint_to_wit(params.constraint)
+    values["logit-bias"] = [_record({"token-id": e.token_id, "bias": e.bias}) for e in params.logit_bias]
     return _record(values)
 
 
@@ -133,13 +195,33 @@ def usage_to_wit(usage: Usage) -> Record:
 
 
 def inference_result_to_wit(result: InferenceResult) -> Record:
+    # `logprobs` is a 0.2.0 field: lowering reads only the fields of the component's own type, so a 0.1.0
+    # component gets the same record without it.
     return _record(
         {
             "finish-reason": result.finish_reason.value,
             "text": _string(result.text),
             "usage": usage_to_wit(result.usage),
+            "logprobs": logprobs_to_wit(result.logprobs),
         }
     )
+
+
+def logprobs_to_wit(entries: Iterable[TokenLogprob]) -> list[Record]:
+    return [
+        _record(
+            {
+                "token-id": _u32(entry.token_id, "token id"),
+                "bytes": entry.bytes,
+                "logprob": entry.logprob,
+                "top": [
+                    _record({"token-id": _u32(top.token_id, "token id"), "bytes": top.bytes, "logprob": top.logprob})
+                    for top in entry.top
+                ],
+            }
+        )
+        for entry in entries
+    ]
 
 
 def tokens_to_wit(tokens: Iterable[int]) -> list[int]:
@@ -171,6 +253,7 @@ def stream_event_to_wit(event: StreamEvent | None) -> Variant | None:
                 "text": _string(event.text),
                 "token-ids": tokens_to_wit(event.token_ids),
                 "usage": usage_to_wit(event.usage),
+                "logprobs": logprobs_to_wit(event.logprobs),
             }
         )
         return Variant("chunk", chunk)
@@ -323,3 +406,100 @@ def http_response_from_wit(value: Any) -> tuple[int, HttpFields, bytes]:
 def borrow_resource(rep: int, type_id: int) -> ResourceHost:
     """A borrowed handle to a host resource, to pass to a guest export for the duration of one call."""
     return ResourceHost.borrow(rep, type_id)
+
+
+# -- chat (wit/llm.wit, 0.2.0) ------------------------------------------------------------------------------------
+
+
+def chat_messages_from_wit(values: Iterable[Any]) -> list[ChatMessage]:
+    return [
+        ChatMessage(
+            role=ChatRole(str(value.role)),
+            content=value.content,
+            tool_calls=tuple(
+                ToolCall(id=str(call.id), name=str(call.name), arguments=str(call.arguments))
+                for call in getattr(value, "tool-calls")
+            ),
+            tool_call_id=getattr(value, "tool-call-id"),
+        )
+        for value in values
+    ]
+
+
+def tools_from_wit(values: Iterable[Any]) -> tuple[Tool, ...]:
+    return tuple(Tool(name=str(v.name), description=v.description, parameters=str(v.parameters)) for v in values)
+
+
+def chat_params_from_wit(value: Any | None) -> ChatParams:
+    """`option<chat-params>` -> validated `ChatParams` (raises `InvalidInput` as `params_from_wit` does)."""
+    if value is None:
+        return ChatParams()
+    choice = getattr(value, "tool-choice")
+    tag, payload = (choice.tag, choice.payload) if isinstance(choice, Variant) else (str(choice), None)
+    return ChatParams(
+        inferencing=params_from_wit(value.inferencing),
+        tools=tools_from_wit(value.tools),
+        tool_choice=ToolChoice(kind=tag, name=payload),
+    )
+
+
+def chat_message_to_wit(message: ChatMessage) -> Record:
+    return _record(
+        {
+            "role": message.role.value,
+            "content": None if message.content is None else _string(message.content),
+            "tool-calls": [
+                _record({"id": _string(c.id), "name": _string(c.name), "arguments": _string(c.arguments)})
+                for c in message.tool_calls
+            ],
+            "tool-call-id": None if message.tool_call_id is None else _string(message.tool_call_id),
+        }
+    )
+
+
+def chat_result_to_wit(result: ChatResult) -> Record:
+    return _record(
+        {
+            "message": chat_message_to_wit(result.message),
+            "finish-reason": result.finish_reason.value,
+            "usage": usage_to_wit(result.usage),
+            "logprobs": logprobs_to_wit(result.logprobs),
+        }
+    )
+
+
+def chat_event_to_wit(event: ChatEvent | None) -> Variant | None:
+    """`option<chat-event>`."""
+    if event is None:
+        return None
+    if isinstance(event, ToolCallDelta):
+        delta = _record(
+            {
+                "index": _u32(event.index, "index"),
+                "id": None if event.id is None else _string(event.id),
+                "name": None if event.name is None else _string(event.name),
+                "arguments": _string(event.arguments),
+            }
+        )
+        return Variant("tool-call", delta)
+    wrapped = stream_event_to_wit(event)
+    assert wrapped is not None
+    return Variant("content", wrapped.payload) if wrapped.tag == "chunk" else wrapped
+
+
+def beam_params_from_wit(value: Any) -> BeamParams:
+    try:
+        return BeamParams(
+            width=int(value.width),
+            max_tokens=int(getattr(value, "max-tokens")),
+            stop=tuple(str(s) for s in value.stop),
+            length_penalty=_shortest_f32(float(getattr(value, "length-penalty"))),
+        )
+    except ValidationError as error:
+        first = error.errors()[0]
+        name = str(first["loc"][0]).replace("_", "-") if first["loc"] else "beam-params"
+        raise InvalidInput(f"{name}: {first['msg']}") from None
+
+
+def beam_to_wit(sequence: ResourceHost, score: float) -> Record:
+    return _record({"sequence": sequence, "score": float(score)})

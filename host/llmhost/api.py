@@ -21,14 +21,13 @@ from wasmtime.component import Component, FuncType, Instance, Linker
 from . import policy
 from .config import HostConfig
 from .engine.base import Engine, Generation, TokenSequence, collect
-from .interfaces.llm import INTERFACE as LLM_INTERFACE
-from .interfaces.llm import LlmService
-from .interfaces.sequences import INTERFACE as SEQUENCES_INTERFACE
-from .interfaces.sequences import SequenceTable
-from .interfaces.streams import StreamTable
+from .interfaces.llm import INTERFACES as LLM_INTERFACES
+from .interfaces.llm import LlmService, ScopeLimits
+from .interfaces.sequences import INTERFACES as SEQUENCES_INTERFACES
 from .runtime.components import ComponentCache, LoadedComponent, create_wasmtime_engine, stderr_note
 from .runtime.linker import InterfaceDefiner, build_linker
 from .runtime.sandbox import CapturedOutput, EpochTicker, OutputSink, new_store, sandbox_problems
+from .runtime.scope import RunScope
 from .types import EmbeddingsResult, InferenceResult, InferencingParams, ModelInfo, StreamChunk
 
 RUN_EXPORT = "run"
@@ -110,8 +109,8 @@ class Host:
         self._ticker: EpochTicker | None = None
         self._closed = False
         self._llm = LlmService(self._get_engine)
-        self._streams = StreamTable(self.config.sandbox.stream_idle_timeout_s)
-        self._sequences = SequenceTable()
+        sandbox = self.config.sandbox
+        self.limits = ScopeLimits(sandbox.stream_idle_timeout_s, sandbox.max_open_streams, sandbox.max_open_sequences)
 
     # -- engine and wasmtime, created on first use ------------------------------------------------------
 
@@ -158,9 +157,7 @@ class Host:
         wasm_engine, loaded = self._load_component(path)
         _check_component(path, loaded.component, wasm_engine)
         allowed = frozenset(allowed_models) if allowed_models is not None else None
-        linker = build_linker(
-            wasm_engine, loaded.component, self._llm.restricted_to(allowed), self._streams, self._sequences
-        )
+        linker = build_linker(wasm_engine, loaded.component, self._llm.restricted_to(allowed), self.limits)
         return App(self, path, loaded, linker)
 
     def link(
@@ -180,7 +177,7 @@ class Host:
             if self._ticker is None:
                 self._ticker = EpochTicker(wasm_engine)
         llm = self._llm.restricted_to(frozenset(allowed_models) if allowed_models is not None else None)
-        linker = build_linker(wasm_engine, loaded.component, llm, self._streams, self._sequences, extra=extra)
+        linker = build_linker(wasm_engine, loaded.component, llm, self.limits, extra=extra)
         return LinkedComponent(wasm_engine, loaded.component, linker, loaded.compiled)
 
     def _load_component(self, path: Path) -> tuple[WasmEngine, LoadedComponent]:
@@ -246,8 +243,6 @@ class Host:
             self._ticker = None
         if ticker is not None:
             ticker.stop()
-        self._streams.close()
-        self._sequences.close()
         if engine is not None:
             engine.close()
 
@@ -278,10 +273,12 @@ class App:
         *,
         stdout: CapturedOutput | None = None,
         stderr: CapturedOutput | None = None,
+        scope: RunScope | None = None,
     ) -> tuple[Store, Instance]:
-        """A fresh sandboxed store and instance of this component (what every `run` starts with)."""
+        """A fresh sandboxed store and instance of this component (what every `run` starts with). What the
+        guest opens belongs to `scope` (a new one if not given): close it to free it all."""
         wasm_engine, _ = self.host._wasm()
-        store = new_store(wasm_engine, self.host.config.sandbox, [self.name, *args], stdout, stderr)
+        store = new_store(wasm_engine, self.host.config.sandbox, [self.name, *args], stdout, stderr, scope)
         try:
             return store, self._linker.instantiate(store, self._component)
         except WasmtimeError as error:
@@ -296,8 +293,10 @@ class App:
         """
         args = list(args)
         captured = [CapturedOutput(sink) if sink is not None else None for sink in (stdout, stderr)]
+        scope = RunScope(f"run of {self.name}")
+        store: Store | None = None
         try:
-            store, instance = self.instantiate(args, stdout=captured[0], stderr=captured[1])
+            store, instance = self.instantiate(args, stdout=captured[0], stderr=captured[1], scope=scope)
             run = instance.get_func(store, RUN_EXPORT)
             if run is None:  # checked at load; kept for a clear message should it ever happen
                 raise LoadError(f"{self.name} does not export `{RUN_EXPORT}`")
@@ -308,6 +307,12 @@ class App:
                 raise self._trap(str(error)) from None
             return int(exit_code)
         finally:
+            # Everything the guest still holds (streams, sequences: kept in globals, or lost in an exception's
+            # reference cycle) is freed now, and so is the instance's memory: closing the store does not wait
+            # for the garbage collector to break the cycle a trap leaves behind.
+            scope.close()
+            if store is not None:
+                store.close()
             for output in captured:
                 if output is not None:
                     output.deliver()
@@ -355,7 +360,7 @@ def _check_component(path: Path, component: Component, engine: WasmEngine) -> No
             f"{path}: the component does not export `{RUN_EXPORT}` (it must target the `command` world of "
             "wit/llm.wit; build it with `llmhost build`)"
         )
-    check_imports(path, component, engine, (LLM_INTERFACE, SEQUENCES_INTERFACE))
+    check_imports(path, component, engine, (*LLM_INTERFACES, *SEQUENCES_INTERFACES))
 
 
 def check_imports(path: object, component: Component, engine: WasmEngine, provided: Sequence[str]) -> None:

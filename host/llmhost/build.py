@@ -32,7 +32,7 @@ def wit_dir() -> Path:
     """The canonical WIT: `wit/` at the root of a source checkout, else `llmhost/wit` inside the package."""
     here = Path(__file__).resolve().parent
     for candidate in (here.parents[1] / "wit", here / "wit"):
-        if (candidate / "llm.wit").is_file():
+        if (candidate / "llm.wit").is_file():  # wit/0.1.0/ below it holds the previous version's WIT
             return candidate
     raise BuildError(f"the WIT files were not found next to {here} (a broken install? reinstall llmhost)")
 
@@ -78,13 +78,14 @@ def build_component(
     *,
     cache_dir: Path | None = None,
     note: Callable[[str], None] | None = None,
+    wit: Path | None = None,
 ) -> Path:
     """Build `app_dir/app.py` into the component `output` (copied from the cache when the sources are unchanged)."""
     app_dir, output = Path(app_dir), Path(output)
     if not (app_dir / f"{APP_MODULE}.py").is_file():
         raise BuildError(f"{app_dir}: no {APP_MODULE}.py (a guest directory needs app.py with `class WitWorld`)")
     tool = componentize_py()
-    wit = wit_dir()
+    wit = wit or wit_dir()  # another WIT directory, e.g. wit/0.1.0 to build a guest of the previous version
     cached = (
         (cache_dir or default_cache_dir()) / "guests" / f"{build_key(app_dir, wit, world, _tool_version(tool))}.wasm"
     )

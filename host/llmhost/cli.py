@@ -235,6 +235,11 @@ def models(settings: Settings) -> None:
 @click.option("--top-p", type=float, help="1 disables [default: 0.9].")
 @click.option("--repeat-penalty", type=float, help="1 disables [default: 1.1].")
 @click.option("--stream", is_flag=True, help="Print text as it is generated.")
+@click.option("--json-schema", help="Constrain the output to this JSON Schema (text, or @FILE).")
+@click.option("--json-object", is_flag=True, help="Constrain the output to any JSON object.")
+@click.option("--regex", help="Constrain the whole output to match this regular expression.")
+@click.option("--grammar", help="Constrain the output to this GBNF grammar (text, or @FILE).")
+@click.option("--choice", multiple=True, help="Constrain the output to one of these strings (repeatable).")
 @click.pass_obj
 @reports_errors
 def infer(
@@ -249,13 +254,19 @@ def infer(
     top_p: float | None,
     repeat_penalty: float | None,
     stream: bool,
+    json_schema: str | None,
+    json_object: bool,
+    regex: str | None,
+    grammar: str | None,
+    choice: tuple[str, ...],
 ) -> None:
     """Complete PROMPT with MODEL (PROMPT `-` reads stdin): text to stdout, finish reason and usage to stderr."""
     from . import policy
+    from .types import Constraint, InferencingParams
 
     if prompt == "-":
         prompt = sys.stdin.read()
-    given = {
+    given: dict[str, Any] = {
         "max_tokens": max_tokens,
         "temperature": temperature,
         "seed": seed,
@@ -264,8 +275,20 @@ def infer(
         "repeat_penalty": repeat_penalty,
         "stop": stop or None,
     }
+    constraints = [
+        Constraint.json_schema(_text_or_file(json_schema)) if json_schema is not None else None,
+        Constraint.json_object() if json_object else None,
+        Constraint.regex(regex) if regex is not None else None,
+        Constraint.grammar(_text_or_file(grammar)) if grammar is not None else None,
+        Constraint.choice(choice) if choice else None,
+    ]
+    chosen = [c for c in constraints if c is not None]
+    if len(chosen) > 1:
+        raise click.UsageError("give at most one of --json-schema, --json-object, --regex, --grammar, --choice")
+    given["constraint"] = chosen[0] if chosen else None
     updates = {name: value for name, value in given.items() if value is not None}
-    params = policy.DEFAULT_PARAMS.model_copy(update=updates)
+    # Constructed, not copied: the same validation (and messages) as every other path.
+    params = InferencingParams(**{**policy.DEFAULT_PARAMS.model_dump(), **updates})
     with settings.host() as host:
         if stream:
             result = host.infer(model, prompt, params, on_chunk=lambda chunk: _print_now(chunk.text))
@@ -276,6 +299,16 @@ def infer(
     click.echo(f"finish-reason: {result.finish_reason.value}", err=True)
     usage = result.usage
     click.echo(f"usage: prompt={usage.prompt_token_count} generated={usage.generated_token_count}", err=True)
+
+
+def _text_or_file(value: str) -> str:
+    """`@PATH` reads the file (schemas and grammars are long); anything else is the text itself."""
+    if value.startswith("@"):
+        path = Path(value[1:])
+        if not path.is_file():
+            raise click.BadParameter(f"{path}: no such file")
+        return path.read_text()
+    return value
 
 
 def _print_now(text: str) -> None:

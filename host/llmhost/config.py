@@ -36,6 +36,9 @@ class ModelConfig(_Section):
     # rest of its prompt is then evaluated as a batch starting mid-sequence, which llama.cpp's CPU kernels round
     # differently from one whole-prompt batch: greedy output can differ at near-ties from a run without reuse.
     prefix_cache: bool = True
+    # Host memory the model may hold for swapped-out sequences (idle ones beyond `slots`). Over it, opening or
+    # forking a sequence fails with `invalid-input` naming this key; nothing is evicted silently.
+    max_swapped_mb: int = Field(policy.MAX_SWAPPED_MB, ge=1)
 
 
 class LlamaCppEngineConfig(_Section):
@@ -64,6 +67,10 @@ class SandboxConfig(_Section):
     timeout_s: float | None = Field(None, gt=0)  # wall-clock limit of one guest call (epoch interruption)
     # An `inference-stream` left unread this long is cancelled (it holds an engine slot); None: never.
     stream_idle_timeout_s: float | None = Field(60.0, gt=0)
+    # Run-scope quotas (see README "Run scopes"): what one run or request may hold open at once. Over a quota,
+    # `open`/`fork`/`infer-stream` get `invalid-input` naming the key.
+    max_open_sequences: int = Field(policy.MAX_OPEN_SEQUENCES, ge=1)
+    max_open_streams: int = Field(policy.MAX_OPEN_STREAMS, ge=1)
 
 
 def _default_models() -> dict[str, ModelConfig]:

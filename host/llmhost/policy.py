@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from .types import InferencingParams, InvalidInput
+import math
+
+from .types import Constraint, InferencingParams, InvalidInput
 
 DEFAULT_MODEL = "gemma-3-270m"
-# Spin's defaults for `params: none` (see the WIT doc of `inferencing-params`).
-DEFAULT_PARAMS = InferencingParams()
 DEFAULT_CONTEXT_LENGTH = 4096
 DEFAULT_THREADS = 2
 DEFAULT_BATCH_SIZE = 512
@@ -14,20 +14,41 @@ DEFAULT_BATCH_SIZE = 512
 SLOT_WAIT_TIMEOUT_S = 300.0
 MAX_STOP_SEQUENCES = 16
 MAX_STOP_LENGTH = 256
+# `logprobs: some(k)`: at most this many alternatives per token (OpenAI's limit too).
+MAX_TOP_LOGPROBS = 20
+# Frequency and presence penalties: OpenAI's range.
+MAX_ABS_PENALTY = 2.0
+# A constraint's schema, regex or grammar text, and the choices of `choice`: bounded so compiling one is
+# bounded work (compiled grammars are cached by their text).
+MAX_CONSTRAINT_BYTES = 256 * 1024
+MAX_CHOICES = 1024
+# `logit-bias`: entries per call, and the range of a bias (OpenAI's).
+MAX_LOGIT_BIAS_ENTRIES = 1024
+MAX_ABS_LOGIT_BIAS = 100.0
+# Run-scope quotas (defaults of `sandbox.max-open-sequences` / `sandbox.max-open-streams`): each open sequence
+# can hold a context window of KV state in host memory once swapped out (~7 MB per 1,000 tokens here).
+MAX_OPEN_SEQUENCES = 64
+MAX_OPEN_STREAMS = 64
+# Default of `models.NAME.max-swapped-mb`: host memory for swapped-out sequences' KV state, per model.
+MAX_SWAPPED_MB = 2048
 U32_MAX = 2**32 - 1
 U64_MAX = 2**64 - 1
 
 
-def validate_params(params: InferencingParams) -> InferencingParams:
-    """Check every field; raise `InvalidInput` naming the field and its allowed range."""
+def check_params(params: InferencingParams) -> None:
+    """Check every field; raise `InvalidInput` naming the field and its allowed range (NaN and inf included).
+
+    Called when `InferencingParams` is constructed, so every path validates alike. Bounds that depend on the
+    model (the repeat window is clamped to the context length) are applied by the engine.
+    """
     if params.max_tokens is not None and not 1 <= params.max_tokens <= U32_MAX:
         raise InvalidInput(f"max-tokens must be at least 1 (or none for no limit), got {params.max_tokens}")
-    if not params.temperature >= 0:  # also rejects NaN
-        raise InvalidInput(f"temperature must be >= 0 (0 is greedy), got {params.temperature}")
+    if not 0 <= params.temperature < math.inf:  # also rejects NaN
+        raise InvalidInput(f"temperature must be >= 0 and finite (0 is greedy), got {params.temperature}")
     if not 0 < params.top_p <= 1:
         raise InvalidInput(f"top-p must be in (0, 1], got {params.top_p}")
-    if not params.repeat_penalty > 0:
-        raise InvalidInput(f"repeat-penalty must be > 0 (1.0 disables it), got {params.repeat_penalty}")
+    if not 0 < params.repeat_penalty < math.inf:
+        raise InvalidInput(f"repeat-penalty must be > 0 and finite (1.0 disables it), got {params.repeat_penalty}")
     if not 0 <= params.top_k <= U32_MAX:
         raise InvalidInput(f"top-k must be >= 0 (0 disables it), got {params.top_k}")
     if not 0 <= params.repeat_penalty_last_n_token_count <= U32_MAX:
@@ -36,6 +57,17 @@ def validate_params(params: InferencingParams) -> InferencingParams:
         )
     if params.seed is not None and not 0 <= params.seed <= U64_MAX:
         raise InvalidInput(f"seed must be a u64, got {params.seed}")
+    for name in ("frequency_penalty", "presence_penalty"):
+        value = getattr(params, name)
+        if not -MAX_ABS_PENALTY <= value <= MAX_ABS_PENALTY:
+            raise InvalidInput(
+                f"{name.replace('_', '-')} must be in [-{MAX_ABS_PENALTY}, {MAX_ABS_PENALTY}] (0 disables it), "
+                f"got {value}"
+            )
+    if params.logprobs is not None and not 0 <= params.logprobs <= MAX_TOP_LOGPROBS:
+        raise InvalidInput(
+            f"logprobs must be 0 (the sampled token only) to {MAX_TOP_LOGPROBS} alternatives, got {params.logprobs}"
+        )
     if len(params.stop) > MAX_STOP_SEQUENCES:
         raise InvalidInput(f"stop has {len(params.stop)} entries; at most {MAX_STOP_SEQUENCES} are allowed")
     for i, s in enumerate(params.stop):
@@ -45,7 +77,48 @@ def validate_params(params: InferencingParams) -> InferencingParams:
             )
         if len(s) > MAX_STOP_LENGTH:
             raise InvalidInput(f"stop[{i}] has {len(s)} characters; at most {MAX_STOP_LENGTH} are allowed")
+    if len(params.logit_bias) > MAX_LOGIT_BIAS_ENTRIES:
+        raise InvalidInput(
+            f"logit-bias has {len(params.logit_bias)} entries; at most {MAX_LOGIT_BIAS_ENTRIES} are allowed"
+        )
+    for i, entry in enumerate(params.logit_bias):
+        if not -MAX_ABS_LOGIT_BIAS <= entry.bias <= MAX_ABS_LOGIT_BIAS:
+            raise InvalidInput(
+                f"logit-bias[{i}].bias must be in [-{MAX_ABS_LOGIT_BIAS}, {MAX_ABS_LOGIT_BIAS}], got {entry.bias}"
+            )
+        if not 0 <= entry.token_id <= U32_MAX:
+            raise InvalidInput(f"logit-bias[{i}].token-id must be a u32, got {entry.token_id}")
+    if params.constraint is not None:
+        check_constraint(params.constraint)
+
+
+def check_constraint(constraint: Constraint) -> None:
+    """The model-independent checks of a constraint (the parser's own checks run when the engine compiles it)."""
+    if constraint.kind == "choice":
+        if not constraint.options:
+            raise InvalidInput("constraint choice needs at least one option, got an empty list")
+        if len(constraint.options) > MAX_CHOICES:
+            raise InvalidInput(f"constraint choice has {len(constraint.options)} options; at most {MAX_CHOICES}")
+        for i, option in enumerate(constraint.options):
+            if option == "":
+                raise InvalidInput(f"constraint choice[{i}] is an empty string; options must not be empty")
+        size = sum(len(o.encode()) for o in constraint.options)
+    else:
+        size = len(constraint.text.encode())
+        if constraint.kind != "json-object" and not constraint.text.strip():
+            raise InvalidInput(f"constraint {constraint.kind} is empty")
+    if size > MAX_CONSTRAINT_BYTES:
+        raise InvalidInput(f"constraint {constraint.kind} is {size} bytes; at most {MAX_CONSTRAINT_BYTES} are allowed")
+
+
+def validate_params(params: InferencingParams) -> InferencingParams:
+    """`params`, checked (already done at construction; kept for callers that build params without it)."""
+    check_params(params)
     return params
+
+
+# Spin's defaults for `params: none` (see the WIT doc of `inferencing-params`).
+DEFAULT_PARAMS = InferencingParams()
 
 
 def check_prompt_fits(prompt_tokens: int, context_length: int) -> None:

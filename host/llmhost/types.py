@@ -6,18 +6,65 @@ Nothing here knows about wasmtime or llama.cpp: `abi` converts these to and from
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class FinishReason(StrEnum):
     STOP = "stop"
     LENGTH = "length"
     CONTENT_FILTER = "content-filter"
+    TOOL_CALLS = "tool-calls"
+
+
+ConstraintKind = Literal["json-schema", "json-object", "regex", "grammar", "choice"]
+
+
+class Constraint(BaseModel):
+    """The WIT variant `constraint`: `text` is the schema, regex or grammar; `options` the choices."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: ConstraintKind
+    text: str = ""
+    options: tuple[str, ...] = ()
+
+    @classmethod
+    def json_schema(cls, schema: str) -> Constraint:
+        return cls(kind="json-schema", text=schema)
+
+    @classmethod
+    def json_object(cls) -> Constraint:
+        return cls(kind="json-object")
+
+    @classmethod
+    def regex(cls, pattern: str) -> Constraint:
+        return cls(kind="regex", text=pattern)
+
+    @classmethod
+    def grammar(cls, grammar: str) -> Constraint:
+        return cls(kind="grammar", text=grammar)
+
+    @classmethod
+    def choice(cls, options: tuple[str, ...] | list[str]) -> Constraint:
+        return cls(kind="choice", options=tuple(options))
+
+
+class LogitBias(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    token_id: int
+    bias: float
 
 
 class InferencingParams(BaseModel):
-    """Sampling and stopping parameters (the WIT record `inferencing-params`; defaults are `policy`'s)."""
+    """Sampling and stopping parameters (the WIT record `inferencing-params`; defaults are `policy`'s).
+
+    Validated when constructed (`policy.check_params`): every path (guest calls through `abi`, the Python API,
+    the CLI) gets the same checks and messages, and the engine only ever sees valid params. Bad values raise
+    `InvalidInput` naming the field and its range.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -29,6 +76,37 @@ class InferencingParams(BaseModel):
     top_k: int = 40
     top_p: float = 0.9
     seed: int | None = None
+    constraint: Constraint | None = None
+    logprobs: int | None = None
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    logit_bias: tuple[LogitBias, ...] = ()
+
+    @model_validator(mode="after")
+    def _check(self) -> InferencingParams:
+        from . import policy  # policy imports this module
+
+        policy.check_params(self)
+        return self
+
+
+class TopLogprob(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    token_id: int
+    bytes: bytes
+    logprob: float
+
+
+class TokenLogprob(BaseModel):
+    """A sampled token's log-probability under the raw model distribution, with the top alternatives."""
+
+    model_config = ConfigDict(frozen=True)
+
+    token_id: int
+    bytes: bytes
+    logprob: float
+    top: tuple[TopLogprob, ...] = ()
 
 
 class Usage(BaseModel):
@@ -44,6 +122,7 @@ class InferenceResult(BaseModel):
     finish_reason: FinishReason
     text: str
     usage: Usage
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 class StreamChunk(BaseModel):
@@ -54,6 +133,7 @@ class StreamChunk(BaseModel):
     text: str
     token_ids: tuple[int, ...]
     usage: Usage
+    logprobs: tuple[TokenLogprob, ...] = ()  # parallel to token_ids when logprobs were requested
 
 
 class StreamDone(BaseModel):
@@ -101,3 +181,89 @@ class EngineError(LlmError):
 
 class InvalidInput(LlmError):
     kind = "invalid-input"
+
+
+class BeamParams(BaseModel):
+    """WIT `beam-params` (validated when constructed)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    width: int = Field(4, ge=1, le=16)
+    max_tokens: int = Field(32, ge=1, le=4096)
+    stop: tuple[str, ...] = ()
+    length_penalty: float = Field(0.0, ge=0.0, le=10.0)
+
+
+# -- chat (WIT `chat`, `chat-stream`, `apply-chat-template`) ---------------------------------------------------
+
+
+class ChatRole(StrEnum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    arguments: str  # a JSON object, as text
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    role: ChatRole
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str | None = None
+    parameters: str = '{"type": "object"}'  # a JSON Schema, as text
+
+
+class ToolChoice(BaseModel):
+    """`auto`, `none`, `required`, or `named` with `name`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["auto", "none", "required", "named"] = "auto"
+    name: str | None = None
+
+
+class ChatParams(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    inferencing: InferencingParams = Field(default_factory=InferencingParams)
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice = Field(default_factory=ToolChoice)
+
+
+class ChatResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    message: ChatMessage
+    finish_reason: FinishReason
+    usage: Usage
+    logprobs: tuple[TokenLogprob, ...] = ()
+
+
+class ToolCallDelta(BaseModel):
+    """A piece of a streamed tool call: the first of a call has `id` and `name`; `arguments` pieces join up."""
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+ChatEvent = StreamChunk | ToolCallDelta | StreamDone

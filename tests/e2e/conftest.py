@@ -48,3 +48,14 @@ def real_probe_app(real_host: Host, probe_wasm: Path) -> App:
 def real_probe(real_probe_app: App) -> Callable[..., ProbeOutcome]:
     """`real_probe(*args)`: run the probe guest against the real engine."""
     return lambda *args: run_probe(real_probe_app, *args)
+
+
+@pytest.fixture(scope="session")
+def real_probe_0_1_0_app(real_host: Host, probe_0_1_0_wasm: Path) -> App:
+    return real_host.load(probe_0_1_0_wasm)
+
+
+@pytest.fixture
+def real_probe_0_1_0(real_probe_0_1_0_app: App) -> Callable[..., ProbeOutcome]:
+    """The probe guest as built against llmhost:llm@0.1.0, against the real engine."""
+    return lambda *args: run_probe(real_probe_0_1_0_app, *args)

@@ -14,6 +14,7 @@ from wasmtime import _ffi as ffi
 from wasmtime.component import (
     F32,
     F64,
+    U8,
     U32,
     U64,
     BorrowType,
@@ -136,12 +137,16 @@ def _samples(ty: Any) -> list[Any]:
         return ["hé\n", ""]
     if isinstance(ty, (U32, U64)):
         return [0, 4_000_000_000]
+    if isinstance(ty, U8):
+        return [0, 255]
     if isinstance(ty, F32):
         return [0.5]
     if isinstance(ty, F64):
         return [-1.25]
     if isinstance(ty, EnumType):
         return list(ty.names)
+    if isinstance(ty, ListType) and ty._is_bytes():
+        return [b"", b"\x00\xff\xc3"]  # list<u8> is lifted as bytes (token bytes need not be UTF-8)
     if isinstance(ty, ListType):
         element = _samples(ty.element)
         return [[], element[:1], element * 2]

@@ -91,9 +91,13 @@ def test_params_read_kebab_case_fields() -> None:
 
 
 @given(
-    max_tokens=st.none() | st.integers(0, policy.U32_MAX),
-    floats=st.tuples(*[st.floats(width=32, allow_nan=False)] * 3),
-    stop=st.lists(st.text(max_size=5), max_size=3),
+    max_tokens=st.none() | st.integers(1, policy.U32_MAX),
+    floats=st.tuples(
+        st.floats(min_value=0, max_value=1e6, exclude_min=True, width=32),
+        st.floats(min_value=0, max_value=1e6, width=32),
+        st.floats(min_value=0, max_value=1, exclude_min=True, width=32),
+    ),
+    stop=st.lists(st.text(min_size=1, max_size=5), max_size=3),
     seed=st.none() | st.integers(0, policy.U64_MAX),
 )
 def test_params_round_trip_keeps_every_f32_value(
@@ -116,10 +120,14 @@ def test_params_round_trip_keeps_every_f32_value(
         assert f32(getattr(back, name)) == f32(getattr(params, name)), name
 
 
-def test_nan_params_pass_conversion_and_fail_validation_naming_the_field() -> None:
-    params = abi.params_from_wit(wit_params(temperature=math.nan))
-    with pytest.raises(InvalidInput, match="temperature"):
-        policy.validate_params(params)
+@pytest.mark.parametrize(
+    ("field_name", "value"),
+    [("temperature", math.nan), ("temperature", math.inf), ("top-p", 0.0), ("repeat-penalty", math.inf)],
+)
+def test_bad_params_fail_conversion_naming_the_field(field_name: str, value: float) -> None:
+    # Guest params are validated once, where they cross the WIT boundary.
+    with pytest.raises(InvalidInput, match=field_name):
+        abi.params_from_wit(wit_params(**{field_name.replace("-", "_"): value}))
 
 
 # -- results --------------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from typing import Protocol, runtime_checkable
 
 from ..types import (
+    BeamParams,
     EmbeddingsResult,
     EngineError,
     InferenceResult,
@@ -55,11 +56,23 @@ class TokenSequence(Protocol):
 
     def fork(self) -> TokenSequence: ...
 
+    def score(self, continuations: list[str]) -> list[float]:
+        """The log-likelihood of each continuation given the sequence (which is left unchanged)."""
+        ...
+
+    def beam_search(self, params: BeamParams) -> list[tuple[TokenSequence, float]]:
+        """Beam search from the sequence: new sequences with their scores, best first."""
+        ...
+
     def close(self) -> None: ...
 
 
 class Engine(Protocol):
     def model_names(self) -> list[str]: ...
+
+    def list_models(self) -> list[ModelInfo]:
+        """Every configured model's facts, without loading any (0 for what is unknown until loaded)."""
+        ...
 
     def model_info(self, model: str) -> ModelInfo: ...
 

@@ -15,6 +15,7 @@ from ..types import (
     EngineError,
     InferenceResult,
     InferencingParams,
+    InvalidInput,
     ModelInfo,
     ModelNotSupported,
     StreamDone,
@@ -82,6 +83,9 @@ class FakeEngine:
         if model not in self._models:
             raise ModelNotSupported(f"model {model!r} is not configured; known models: {', '.join(self._models)}")
 
+    def list_models(self) -> list[ModelInfo]:
+        return [self.model_info(name) for name in self._models]
+
     def model_info(self, model: str) -> ModelInfo:
         self._check(model)
         return ModelInfo(name=model, context_length=self._context_length, vocab_size=256 + BYTE_OFFSET)
@@ -93,6 +97,8 @@ class FakeEngine:
     def stream(self, model: str, prompt: str, params: InferencingParams) -> FakeGeneration:
         self._check(model)
         policy.validate_params(params)
+        if params.constraint is not None:
+            raise InvalidInput('structured output needs the llama-cpp engine (set `engine.kind = "llama-cpp"`)')
         prompt_tokens = len(self.tokenize(model, prompt))
         policy.check_prompt_fits(prompt_tokens, self._context_length)
         state = GenerationText(params.stop, prompt_tokens, params.max_tokens)

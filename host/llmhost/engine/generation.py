@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..types import FinishReason, StreamChunk, Usage
+from ..types import FinishReason, StreamChunk, TokenLogprob, Usage
 from .text import StopMatcher, Utf8Assembler
 
 
@@ -40,6 +40,7 @@ class GenerationText:
         self._utf8 = Utf8Assembler()
         self._stops = StopMatcher(self.stops)
         self._unreported: list[int] = []
+        self._unreported_logprobs: list[TokenLogprob] = []
 
     @property
     def usage(self) -> Usage:
@@ -49,12 +50,23 @@ class GenerationText:
     def text(self) -> str:
         return "".join(self.released)
 
-    def on_token(self, token_id: int, piece: bytes, *, end_of_generation: bool, context_full: bool) -> Step:
-        """Account for one sampled token. `context_full`: no room for another token after this one."""
+    def on_token(
+        self,
+        token_id: int,
+        piece: bytes,
+        *,
+        end_of_generation: bool,
+        context_full: bool,
+        logprob: TokenLogprob | None = None,
+    ) -> Step:
+        """Account for one sampled token. `context_full`: no room for another token after this one.
+        `logprob`: its entry when logprobs were requested (chunks then carry one per token id)."""
         if self.finish_reason is not None:
             raise RuntimeError("token after the generation finished")
         self.token_ids.append(token_id)
         self._unreported.append(token_id)
+        if logprob is not None:  # parallel to the ids a chunk reports
+            self._unreported_logprobs.append(logprob)
         if end_of_generation:
             # The end-of-generation token's own text (e.g. "<end_of_turn>") is never part of the output.
             self.token_text_end.append(self.text_len)
@@ -73,6 +85,12 @@ class GenerationText:
             tail = self._flush()
             return Step(self._release(chunk_text + tail), self._set_finish(self._limit_reason()))
         return Step(self._release(scan.release))
+
+    def end_of_language(self) -> Step:
+        """The constraint admits no further token: the generation ends with `stop`, like end-of-generation."""
+        if self.finish_reason is not None:
+            return Step()
+        return self._finish(FinishReason.STOP)
 
     def _finish(self, reason: FinishReason) -> Step:
         tail = self._flush()
@@ -100,4 +118,5 @@ class GenerationText:
             return None
         self.released.append(text)
         ids, self._unreported = tuple(self._unreported), []
-        return StreamChunk(text=text, token_ids=ids, usage=self.usage)
+        logprobs, self._unreported_logprobs = tuple(self._unreported_logprobs), []
+        return StreamChunk(text=text, token_ids=ids, usage=self.usage, logprobs=logprobs)

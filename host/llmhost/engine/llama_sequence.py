@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from ..types import InferenceResult, InferencingParams, InvalidInput
-from .base import collect
+from ..types import BeamParams, EngineError, InferenceResult, InferencingParams, InvalidInput
+from .base import TokenSequence, collect
 from .scheduler import LlamaGeneration
 from .sequence_state import SeqState, attribute_text
 
@@ -84,9 +84,17 @@ class LlamaSequence:
         self._check_idle()
         if not self._state.tokens:
             raise InvalidInput("the sequence is empty: append a prompt before generating")
+        # Everything that can fail runs before the sequence is marked busy: a failed call must leave it usable.
+        constraint = self._model.prepare(params)
         self._state.busy = True  # reserved at once, so two generations cannot start on one sequence
         return LlamaGeneration(
-            self._model, self._state, params, on_end=self._model.slots.release, rewind=True, logprobs=True
+            self._model,
+            self._state,
+            params,
+            on_end=self._model.slots.release,
+            rewind=True,
+            logprobs=True,
+            constraint=constraint,
         )
 
     def generate(self, params: InferencingParams) -> InferenceResult:
@@ -100,7 +108,14 @@ class LlamaSequence:
 
     def fork(self) -> LlamaSequence:
         self._check_idle()
+        self._model.check_swap_room()
         return LlamaSequence(self._model, self._model.slots.fork(self._state))
+
+    def score(self, continuations: list[str]) -> list[float]:
+        raise EngineError("sequence.score is not available yet in this build")
+
+    def beam_search(self, params: BeamParams) -> list[tuple[TokenSequence, float]]:
+        raise EngineError("sequence.beam-search is not available yet in this build")
 
     def close(self) -> None:
         if not self.closed:

@@ -22,6 +22,7 @@ from typing import Any
 from .. import policy
 from ..config import ModelConfig
 from ..types import (
+    Constraint,
     EmbeddingsResult,
     EngineError,
     InferenceResult,
@@ -29,8 +30,11 @@ from ..types import (
     InvalidInput,
     ModelInfo,
     ModelNotSupported,
+    TokenLogprob,
+    TopLogprob,
 )
 from .base import collect
+from .constraint_mask import TokenConstraint
 from .llama_sequence import LlamaSequence
 from .models import resolve_model_path
 from .scheduler import LlamaGeneration, Row, Scheduler
@@ -116,6 +120,8 @@ class LlamaModel:
         self.scheduler = Scheduler(self)
         self.slots = SlotPool(lib, self.ctx, config.slots, self.lock, name, on_free=self.scheduler.wake)
         self._embed_ctx: Any = None
+        self._constraints: Any = None  # the model's ConstraintCompiler, created on first use (llguidance)
+        self._constraints_lock = threading.Lock()
         # Tokens run through the model so far (prefill and decode): what generations cost, for tests and stats.
         self.evaluated_tokens = 0
         self.decode_seconds = 0.0  # wall time spent in llama_decode (benchmarks subtract it from latencies)
@@ -124,6 +130,20 @@ class LlamaModel:
     @property
     def free_slots(self) -> int:
         return self.slots.available
+
+    def check_swap_room(self) -> None:
+        """Refuse a new sequence while swapped-out sequences hold the model's host-memory cap (each new one may
+        push another out to host memory)."""
+        limit = self.config.max_swapped_mb * 1024 * 1024
+        if self.slots.swapped_bytes >= limit:
+            raise InvalidInput(
+                f"model {self.name!r} holds {self.slots.swapped_bytes / 2**20:.0f} MB of swapped-out sequences, its "
+                f"limit (close some sequences, or raise `models.{self.name}.max-swapped-mb` in the config)"
+            )
+
+    @property
+    def swapped_bytes(self) -> int:
+        return self.slots.swapped_bytes
 
     @property
     def swaps_out(self) -> int:
@@ -226,16 +246,65 @@ class LlamaModel:
             assert state.slot is not None
             self.lib.llama_memory_seq_rm(self.memory, state.slot, state.n_kv, -1)
 
+    def prepare(self, params: InferencingParams) -> TokenConstraint | None:
+        """The model-dependent checks of `params` (token ids in its vocabulary; the constraint compiles), and the
+        generation's fresh constraint matcher. Raises `InvalidInput` before any token is generated."""
+        for i, entry in enumerate(params.logit_bias):
+            if entry.token_id >= self.n_vocab:
+                raise InvalidInput(
+                    f"logit-bias[{i}].token-id {entry.token_id} is not a token of {self.name} "
+                    f"(ids are 0 to {self.n_vocab - 1})"
+                )
+        return self.new_constraint(params.constraint)
+
+    def new_constraint(self, constraint: Constraint | None) -> TokenConstraint | None:
+        """A fresh matcher for one generation (compiled grammars are cached by their text). Raises
+        `InvalidInput` with the parser's message for a bad schema, regex or grammar."""
+        if constraint is None:
+            return None
+        with self._constraints_lock:
+            if self._constraints is None:
+                from .constraints import ConstraintCompiler
+
+                self._constraints = ConstraintCompiler.from_llama_vocab(self.lib, self.vocab, self.n_vocab)
+            compiler = self._constraints
+        return compiler.start(constraint)
+
     def sample(self, sampler: Any, row: int = -1) -> int:
         return int(self.lib.llama_sampler_sample(sampler, self.ctx, row))
 
-    def logprob(self, token: int, row: int = -1) -> float:
-        """log p(token) under the model's raw distribution at output `row`."""
+    def sample_row(self, job: LlamaGeneration, row: int, mask: Any) -> tuple[int, float | None, TokenLogprob | None]:
+        """Sample `job`'s next token from output `row`: log-probabilities from the raw logits, then the
+        constraint's mask, then the sampler chain. Returns (token, its raw logprob, its logprob entry)."""
+        if not job.logprobs and job.constraint is None:
+            return self.sample(job.sampler, row), None, None
         import numpy as np
 
         logits = np.ctypeslib.as_array(self.lib.llama_get_logits_ith(self.ctx, row), shape=(self.n_vocab,))
-        top = float(logits.max())
-        return float(logits[token]) - top - float(np.log(np.exp(logits - top).sum()))
+        lse = 0.0
+        top: tuple[TopLogprob, ...] = ()
+        if job.logprobs:  # from the raw distribution, before the mask changes the row
+            peak = float(logits.max())
+            lse = peak + float(np.log(np.exp(logits - peak).sum()))
+            k = job.params.logprobs or 0
+            if k:
+                best = np.argpartition(logits, -k)[-k:]
+                best = best[np.argsort(-logits[best], kind="stable")]
+                top = tuple(
+                    TopLogprob(token_id=int(t), bytes=self.piece(int(t)), logprob=float(logits[t]) - lse) for t in best
+                )
+        if job.constraint is not None and not job.constraint.apply(logits, mask):
+            # Nothing is allowed (the matcher failed): end the generation as the language would.
+            token = int(self.lib.llama_vocab_eos(self.vocab))
+        else:
+            token = self.sample(job.sampler, row)
+        if not job.logprobs:
+            return token, None, None
+        logprob = float(logits[token]) - lse
+        entry = None
+        if job.params.logprobs is not None:
+            entry = TokenLogprob(token_id=token, bytes=self.piece(token), logprob=logprob, top=top)
+        return token, logprob, entry
 
     def next_logits(self, state: SeqState) -> list[float]:
         """The model's next-token logits after `state` (for checks that state equals text)."""
@@ -299,6 +368,7 @@ class LlamaModel:
     def close(self) -> None:
         lib = self.lib
         self.scheduler.stop()  # outside the lock: its last step needs it
+        self.scheduler.masks.close()
         with self.lock:
             self.slots.close()
             if self._embed_ctx:
@@ -336,6 +406,18 @@ class LlamaCppEngine:
                 loaded = self._loaded[name] = LlamaModel(name, config, path)
             return loaded
 
+    def list_models(self) -> list[ModelInfo]:
+        with self._load_lock:
+            loaded = dict(self._loaded)
+        return [
+            ModelInfo(
+                name=name,
+                context_length=config.context_length,
+                vocab_size=loaded[name].n_vocab if name in loaded else 0,
+            )
+            for name, config in self._configs.items()
+        ]
+
     def model_info(self, model: str) -> ModelInfo:
         m = self.model(model)
         return ModelInfo(name=model, context_length=m.n_ctx, vocab_size=m.n_vocab)
@@ -355,10 +437,15 @@ class LlamaCppEngine:
         # A one-off sequence: when it ends, its KV cache stays behind only as a prompt-prefix cache, if the model
         # keeps one; otherwise its cells are freed at once (the cache then spans fewer cells: see README).
         on_end = m.slots.retire if m.config.prefix_cache else m.slots.detach
-        return LlamaGeneration(m, state, params, on_end=on_end, reuse_prefix=m.config.prefix_cache)
+        constraint = m.prepare(params)  # invalid-input here, before any token
+        return LlamaGeneration(
+            m, state, params, on_end=on_end, reuse_prefix=m.config.prefix_cache, constraint=constraint
+        )
 
     def open_sequence(self, model: str) -> LlamaSequence:
-        return LlamaSequence(self.model(model))
+        m = self.model(model)
+        m.check_swap_room()
+        return LlamaSequence(m)
 
     def infer(self, model: str, prompt: str, params: InferencingParams) -> InferenceResult:
         return collect(self.stream(model, prompt, params))

@@ -22,9 +22,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import policy
-from ..types import EngineError, FinishReason, InferencingParams, LlmError, StreamDone, StreamEvent, Usage
-from .generation import GenerationText
-from .sampling import build_sampler
+from ..types import (
+    EngineError,
+    FinishReason,
+    InferencingParams,
+    LlmError,
+    StreamChunk,
+    StreamDone,
+    StreamEvent,
+    TokenLogprob,
+    Usage,
+)
+from .constraint_mask import MaskWorker, TokenConstraint
+from .generation import GenerationText, Step
+from .sampling import build_sampler, penalty_window
 from .sequence_state import SeqState, plan_rewind
 from .slots import slots_busy_error
 
@@ -66,13 +77,16 @@ class LlamaGeneration:
         rewind: bool = False,
         logprobs: bool = False,
         reuse_prefix: bool = False,
+        constraint: TokenConstraint | None = None,
     ) -> None:
         self.model = model
         self.state = state
         self.params = params
         self.on_end = on_end
         self.rewind = rewind
-        self.logprobs = logprobs
+        # Raw log-probabilities are computed for sequences (they keep them) and when the params ask for them.
+        self.logprobs = logprobs or params.logprobs is not None
+        self.constraint = constraint
         self.reuse_prefix = reuse_prefix
         self.base = len(state.tokens)
         self.text = GenerationText(params.stop, self.base, params.max_tokens)
@@ -142,19 +156,27 @@ class LlamaGeneration:
 
     def start(self) -> None:
         model, state = self.model, self.state
-        self.sampler = build_sampler(model.lib, model.n_vocab, self.params)
-        for tok in state.tokens[-max(1, self.params.repeat_penalty_last_n_token_count) :]:
+        self.sampler = build_sampler(model.lib, model.n_vocab, self.params, model.n_ctx)
+        for tok in state.tokens[-max(1, penalty_window(self.params, model.n_ctx)) :]:
             model.lib.llama_sampler_accept(self.sampler, tok)  # the penalty window includes the prompt
         model.unevaluate_last(state)
 
-    def accept(self, token: int, logprob: float | None) -> bool:
+    def accept(self, token: int, logprob: float | None, entry: TokenLogprob | None = None) -> bool:
         """Account for a sampled token; returns True when the generation is over."""
         model, state = self.model, self.state
         state.append([token], [""], [logprob])
         self.eog = model.is_eog(token)
         step = self.text.on_token(
-            token, model.piece(token), end_of_generation=self.eog, context_full=len(state.tokens) >= model.n_ctx
+            token,
+            model.piece(token),
+            end_of_generation=self.eog,
+            context_full=len(state.tokens) >= model.n_ctx,
+            logprob=entry,
         )
+        if step.finish is None and self.constraint is not None and self.constraint.advance(token):
+            # The language admits no further token: end now rather than wait for end-of-generation.
+            tail = self.text.end_of_language()
+            step = Step(_join(step.chunk, tail.chunk), tail.finish)
         if step.chunk is not None and self.push(step.chunk):
             self.model.scheduler.readers.append(self)
         if step.finish is not None:
@@ -171,6 +193,7 @@ class LlamaGeneration:
         if self.sampler is not None:
             model.lib.llama_sampler_free(self.sampler)
             self.sampler = None
+        self.constraint = None
         if self.rewind:
             self._rewind_to_returned_text()
         self.on_end(state)
@@ -190,6 +213,18 @@ class LlamaGeneration:
         if plan.remainder:
             tokens = model.tokenize(plan.remainder, add_special=False)
             state.append(tokens, model.texts_of(tokens, plan.remainder))
+
+
+def _join(first: StreamChunk | None, second: StreamChunk | None) -> StreamChunk | None:
+    """Two chunks released by one token, as one."""
+    if first is None or second is None:
+        return first or second
+    return StreamChunk(
+        text=first.text + second.text,
+        token_ids=first.token_ids + second.token_ids,
+        usage=second.usage,
+        logprobs=first.logprobs + second.logprobs,
+    )
 
 
 @dataclass
@@ -221,6 +256,7 @@ class Scheduler:
         self.steps = 0
         self.readers: list[LlamaGeneration] = []  # woken by the last step's events, with a chunk to handle
         self.reader_turn_s = READER_TURN_S if model.cpu_bound else 0.0
+        self.masks = MaskWorker()
 
     def submit(self, job: LlamaGeneration) -> None:
         job.submitted_at = time.monotonic()
@@ -420,15 +456,19 @@ class Scheduler:
         rows = self._plan()
         if not rows:
             return admitted
-        rows = self.model.decode_rows(rows)
+        # Token masks of constrained rows are computed while the batch decodes (both release the GIL).
+        masks = self.masks.start([row.job.constraint for row in rows if row.sample_at is not None])
+        try:
+            rows = self.model.decode_rows(rows)
+        finally:
+            ready = masks.wait()
         self.steps += 1
         for row in rows:
             job = row.job
             if row.sample_at is None:
                 continue
-            token = self.model.sample(job.sampler, row.sample_at)
-            logprob = self.model.logprob(token, row.sample_at) if job.logprobs else None
-            if job.accept(token, logprob):
+            token, logprob, entry = self.model.sample_row(job, row.sample_at, ready.get(id(job.constraint)))
+            if job.accept(token, logprob, entry):
                 self._active.remove(job)
                 job.finish()
         return admitted or bool(rows)

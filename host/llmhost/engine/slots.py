@@ -57,6 +57,7 @@ class SlotPool:
         self._freed = threading.Condition(lock)
         self.swaps_out = 0
         self.reused_prompt_tokens = 0
+        self.swapped_bytes = 0  # KV state of swapped-out sequences held in host memory now
 
     @property
     def available(self) -> int:
@@ -80,6 +81,7 @@ class SlotPool:
             self._hold(state, slot)
             if state.saved is not None:
                 data, state.saved = state.saved, None
+                self.swapped_bytes -= len(data)
                 buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
                 if self._lib.llama_state_seq_set_data(self._ctx, buf, len(data), slot) != len(data):
                     state.n_kv = 0  # restore failed: the tokens are re-evaluated on demand (slower, still exact)
@@ -104,6 +106,8 @@ class SlotPool:
     def detach(self, state: SeqState) -> None:
         """Forget `state` entirely (its owner is gone): free its slot and any saved KV."""
         with self.lock:
+            if state.saved is not None:
+                self.swapped_bytes -= len(state.saved)
             state.saved = None
             state.busy = False
             if state.slot is not None:
@@ -210,6 +214,8 @@ class SlotPool:
             state.saved = bytes(buf[:written]) if written else None
             if state.saved is None:
                 state.n_kv = 0
+            else:
+                self.swapped_bytes += len(state.saved)
         self.swaps_out += 1
         self._release_slot(state)
 

@@ -17,9 +17,12 @@ from wasmtime.component import FuncType, LinkerInstance, ResourceType
 from .. import abi
 from ..runtime.host_funcs import add_func
 from ..types import LlmError
+from .versions import current, interface_names
 
-HTTP_INTERFACE = "llmhost:llm/http@0.1.0"
-HANDLER_INTERFACE = "llmhost:llm/handler@0.1.0"
+HTTP_INTERFACES = interface_names("http")
+HANDLER_INTERFACES = interface_names("handler")
+HTTP_INTERFACE = current("http")
+HANDLER_INTERFACE = current("handler")
 HANDLE_EXPORT = "handle"
 
 # Host resource type id of `response-writer` (distinct from the llm interface's ids; any unused integer works).
@@ -45,6 +48,10 @@ class ResponseWriter(Protocol):
     def start(self, status: int, headers: abi.HttpFields) -> None: ...
 
     def write(self, chunk: bytes) -> None: ...
+
+    def time_left_ms(self) -> int:
+        """Milliseconds before the request's deadline (0 when it has passed). Never raises."""
+        ...
 
 
 class WriterTable:
@@ -96,3 +103,12 @@ def define_http(instance: LinkerInstance, writers: WriterTable, imported: dict[s
         if name in methods:
             encoder = abi.ResultEncoder.from_wit(func_type.result)
             add_func(instance, name, abi.guarded(methods[name], lambda _: None, encoder, with_store=True), func_type)
+        elif name == "[method]response-writer.time-left-ms":
+            add_func(instance, name, lambda store, this: _time_left_ms(writers, store, this), func_type)
+
+
+def _time_left_ms(writers: WriterTable, store: Any, this: Any) -> int:
+    try:
+        return max(0, int(writers.get(abi.resource_rep(store, this)).time_left_ms()))
+    except Exception:  # no error case in the WIT: a writer of an ended request has no time left
+        return 0

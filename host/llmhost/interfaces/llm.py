@@ -1,22 +1,27 @@
-"""The host side of the WIT interface `llmhost:llm/llm@0.1.0` (wit/llm.wit)."""
+"""The host side of the WIT interface `llmhost:llm/llm` (wit/llm.wit), every served version."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from wasmtime.component import FuncType, LinkerInstance, ResourceType
 
 from .. import abi, policy
+from ..chat.service import ChatService
 from ..engine.base import Engine, Generation, TokenSequence
 from ..runtime.host_funcs import add_func
+from ..runtime.scope import scope_of
 from ..types import EmbeddingsResult, InferenceResult, InferencingParams, ModelInfo, ModelNotSupported
 from .streams import StreamTable
+from .versions import current, interface_names
 
 _log = logging.getLogger(__name__)
 
-INTERFACE = "llmhost:llm/llm@0.1.0"
+INTERFACES = interface_names("llm")
+INTERFACE = current("llm")
 
 # Host resource type ids (any distinct integers; wasmtime checks a handle's type against them).
 STREAM_TYPE_ID = 1
@@ -32,13 +37,22 @@ class LlmService:
     raises `LlmError` for expected failures; `define_llm` turns those into WIT `err` values.
     """
 
-    def __init__(self, engine: Callable[[], Engine], allowed_models: frozenset[str] | None = None) -> None:
+    def __init__(
+        self,
+        engine: Callable[[], Engine],
+        allowed_models: frozenset[str] | None = None,
+        chat: ChatService | None = None,
+    ) -> None:
         self._engine = engine
         self._allowed_models = allowed_models
+        self.chat = chat if chat is not None else ChatService(engine)
 
     def restricted_to(self, allowed_models: frozenset[str] | None) -> LlmService:
         """The same engine, serving only `allowed_models` (None: every configured model)."""
-        return LlmService(self._engine, allowed_models)
+        return LlmService(self._engine, allowed_models, self.chat)
+
+    def check_allowed(self, model: str) -> None:
+        self._check_allowed(model)
 
     def _check_allowed(self, model: str) -> None:
         if self._allowed_models is not None and model not in self._allowed_models:
@@ -71,61 +85,96 @@ class LlmService:
         self._check_allowed(model)
         return self._engine().model_info(model)
 
+    def list_models(self) -> list[ModelInfo]:
+        """The models this component may use."""
+        allowed = self._allowed_models
+        return [info for info in self._engine().list_models() if allowed is None or info.name in allowed]
+
     def embeddings(self, model: str, texts: list[str]) -> EmbeddingsResult:
         self._check_allowed(model)
         return self._engine().embeddings(model, texts)
 
 
+@dataclass(frozen=True)
+class ScopeLimits:
+    """The per-run quotas and the stream idle limit (from the `sandbox` config section)."""
+
+    stream_idle_timeout_s: float | None = 60.0
+    max_open_streams: int = policy.MAX_OPEN_STREAMS
+    max_open_sequences: int = policy.MAX_OPEN_SEQUENCES
+
+
+def scope_streams(store: Any, limits: ScopeLimits) -> StreamTable:
+    """The streams of the run `store` belongs to (closed, cancelling each, when the run ends)."""
+    return scope_of(store).table(
+        "streams",
+        lambda: StreamTable(limits.stream_idle_timeout_s, limit=limits.max_open_streams),
+        StreamTable.close,
+        first=True,
+    )
+
+
 def define_llm(
-    instance: LinkerInstance, service: LlmService, streams: StreamTable, imported: dict[str, FuncType]
+    instance: LinkerInstance, service: LlmService, limits: ScopeLimits, imported: dict[str, FuncType]
 ) -> None:
     """Register the functions a component imports, typed by its own WIT import types (see `abi.ResultEncoder`).
 
     A function the component imports but this host does not know is left undefined: instantiation then fails
-    with wasmtime's message naming it.
+    with wasmtime's message naming it. Handles go to the calling run's scope (`runtime.scope`).
     """
 
-    def open_stream(model: str, prompt: str, params: Any) -> int:
+    def open_stream(store: Any, model: str, prompt: str, params: Any) -> int:
+        streams = scope_streams(store, limits)
+        streams.check_room()
         return streams.open(service.infer_stream(model, prompt, abi.params_from_wit(params)))
 
     bindings: dict[str, tuple[Callable[..., Any], Callable[[Any], Any]]] = {
         "infer": (
-            lambda model, prompt, params: service.infer(model, prompt, abi.params_from_wit(params)),
+            lambda _store, model, prompt, params: service.infer(model, prompt, abi.params_from_wit(params)),
             abi.inference_result_to_wit,
         ),
-        "tokenize": (service.tokenize, abi.tokens_to_wit),
-        "get-model-info": (service.model_info, abi.model_info_to_wit),
-        "generate-embeddings": (service.embeddings, abi.embeddings_to_wit),
-        "infer-stream": (
-            lambda model, prompt, params: streams.open(
-                service.infer_stream(model, prompt, abi.params_from_wit(params))
-            ),
-            lambda rep: abi.own_resource(rep, STREAM_TYPE_ID),
-        ),
-    }
-    methods: dict[str, tuple[Callable[..., Any], Callable[[Any], Any]]] = {
+        "tokenize": (lambda _store, model, text: service.tokenize(model, text), abi.tokens_to_wit),
+        "get-model-info": (lambda _store, model: service.model_info(model), abi.model_info_to_wit),
+        "generate-embeddings": (lambda _store, model, texts: service.embeddings(model, texts), abi.embeddings_to_wit),
+        "infer-stream": (open_stream, lambda rep: abi.own_resource(rep, STREAM_TYPE_ID)),
         "[method]inference-stream.next": (
-            lambda store, this: streams.next(abi.resource_rep(store, this)),
+            lambda store, this: scope_streams(store, limits).next(abi.resource_rep(store, this)),
             abi.stream_event_to_wit,
         ),
     }
+    # Functions that cannot fail (no result type): a host error here would trap, so they must not raise.
+    infallible: dict[str, Callable[[Any], Any]] = {
+        "list-models": lambda _store: [abi.model_info_to_wit(info) for info in _listed(service)],
+    }
     if "infer-stream" in imported or "[method]inference-stream.next" in imported:
-        instance.add_resource("inference-stream", ResourceType.host(STREAM_TYPE_ID), _stream_dropped(streams))
+        instance.add_resource("inference-stream", ResourceType.host(STREAM_TYPE_ID), _stream_dropped(limits))
     for name, func_type in imported.items():
-        encoder = abi.ResultEncoder.from_wit(func_type.result) if name in bindings or name in methods else None
-        if name in bindings and encoder is not None:
+        if name in bindings:
             function, to_wit = bindings[name]
-            add_func(instance, name, abi.guarded(function, to_wit, encoder), func_type)
-        elif name in methods and encoder is not None:
-            function, to_wit = methods[name]
+            encoder = abi.ResultEncoder.from_wit(func_type.result)
             add_func(instance, name, abi.guarded(function, to_wit, encoder, with_store=True), func_type)
+        elif name in infallible:
+            add_func(instance, name, infallible[name], func_type)
+    from .chat import FUNCTIONS, define_chat  # chat builds on this module's tables
+
+    chat_imports = {name: func_type for name, func_type in imported.items() if name in FUNCTIONS}
+    if chat_imports:
+        define_chat(instance, service.chat, service.check_allowed, limits, chat_imports)
 
 
-def _stream_dropped(streams: StreamTable) -> Callable[[Any, int], None]:
-    def destructor(_store: Any, rep: int) -> None:
+def _listed(service: LlmService) -> list[ModelInfo]:
+    try:
+        return service.list_models()
+    except Exception:  # list-models has no error case: an engine failure lists nothing rather than trapping
+        _log.exception("listing models failed")
+        return []
+
+
+def _stream_dropped(limits: ScopeLimits) -> Callable[[Any, int], None]:
+    def destructor(store: Any, rep: int) -> None:
         # Runs when the guest drops its handle; like any host function it must not raise.
         try:
-            streams.drop(rep)
+            scope_streams(store, limits).drop(rep)
         except Exception:  # a failure to cancel must not trap the guest that dropped the stream
             _log.exception("cancelling stream %d failed", rep)
 

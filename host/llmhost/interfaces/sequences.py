@@ -1,10 +1,8 @@
-"""The host side of the WIT interface `llmhost:llm/sequences@0.1.0` (wit/sequences.wit)."""
+"""The host side of the WIT interface `llmhost:llm/sequences` (wit/sequences.wit), every served version."""
 
 from __future__ import annotations
 
-import itertools
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -13,90 +11,98 @@ from wasmtime.component import FuncType, LinkerInstance, ResourceType
 from .. import abi
 from ..engine.base import TokenSequence
 from ..runtime.host_funcs import add_func
-from ..types import EngineError
-from .llm import STREAM_TYPE_ID, LlmService
-from .streams import StreamTable
+from ..runtime.scope import HandleTable, scope_of
+from ..types import InvalidInput
+from .llm import STREAM_TYPE_ID, LlmService, ScopeLimits, scope_streams
+from .versions import current, interface_names
 
 _log = logging.getLogger(__name__)
 
-INTERFACE = "llmhost:llm/sequences@0.1.0"
+INTERFACES = interface_names("sequences")
+INTERFACE = current("sequences")
 SEQUENCE_TYPE_ID = 2
 
 
-class SequenceTable:
-    """Sequences guests hold, by handle. Dropping a handle closes the sequence (frees its slot and saved KV)."""
+MAX_OPEN_KEY = "sandbox.max-open-sequences"
 
-    def __init__(self) -> None:
-        self._sequences: dict[int, TokenSequence] = {}
-        self._ids = itertools.count(1)
-        self._lock = threading.Lock()
 
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._sequences)
+def _close_all(table: HandleTable[TokenSequence]) -> None:
+    for sequence in table.drain():
+        sequence.close()
 
-    def add(self, sequence: TokenSequence) -> int:
-        with self._lock:
-            rep = next(self._ids)
-            self._sequences[rep] = sequence
-            return rep
 
-    def get(self, rep: int) -> TokenSequence:
-        with self._lock:
-            sequence = self._sequences.get(rep)
-        if sequence is None:
-            raise EngineError("this sequence was already dropped")
-        return sequence
-
-    def drop(self, rep: int) -> None:
-        with self._lock:
-            sequence = self._sequences.pop(rep, None)
-        if sequence is not None:
-            sequence.close()
-
-    def close(self) -> None:
-        with self._lock:
-            sequences, self._sequences = list(self._sequences.values()), {}
-        for sequence in sequences:
-            sequence.close()
+def scope_sequences(store: Any, limits: ScopeLimits) -> HandleTable[TokenSequence]:
+    """The sequences of the run `store` belongs to (closed, freeing slots and saved KV, when the run ends)."""
+    return scope_of(store).table(
+        "sequences", lambda: HandleTable[TokenSequence]("sequence", limits.max_open_sequences, MAX_OPEN_KEY), _close_all
+    )
 
 
 def define_sequences(
-    instance: LinkerInstance,
-    service: LlmService,
-    sequences: SequenceTable,
-    streams: StreamTable,
-    imported: dict[str, FuncType],
+    instance: LinkerInstance, service: LlmService, limits: ScopeLimits, imported: dict[str, FuncType]
 ) -> None:
     """Register the `sequence` resource and the functions the component imports (see `define_llm`)."""
 
-    def own(sequence: TokenSequence) -> Any:
-        return abi.own_resource(sequences.add(sequence), SEQUENCE_TYPE_ID)
+    def own(store: Any, sequence: TokenSequence) -> Any:
+        return abi.own_resource(scope_sequences(store, limits).add(sequence), SEQUENCE_TYPE_ID)
+
+    def opening(create: Callable[..., TokenSequence]) -> Callable[..., Any]:
+        # The quota is checked before the sequence exists, so a refused open/fork costs nothing.
+        def call(store: Any, *args: Any) -> Any:
+            scope_sequences(store, limits).check_room()
+            return own(store, create(store, *args))
+
+        return call
 
     def method(call: Callable[..., Any]) -> Callable[..., Any]:
         # A method's first WIT argument is the borrowed handle: resolve it (consuming the borrow) first.
-        return lambda store, this, *args: call(sequences.get(abi.resource_rep(store, this)), *args)
+        return lambda store, this, *args: call(scope_sequences(store, limits).get(abi.resource_rep(store, this)), *args)
 
     def nothing(_: Any) -> None:
         return None
 
+    def identity(value: Any) -> Any:
+        return value
+
+    def beam_search(store: Any, this: Any, params: Any) -> Any:
+        table = scope_sequences(store, limits)
+        sequence = table.get(abi.resource_rep(store, this))
+        beam_params = abi.beam_params_from_wit(params)
+        if len(table) + beam_params.width > limits.max_open_sequences:
+            table.check_room()  # names the quota key
+            raise InvalidInput(
+                f"beam search of width {beam_params.width} would exceed this run's limit of "
+                f"{limits.max_open_sequences} open sequences (`{MAX_OPEN_KEY}`)"
+            )
+        beams = sequence.beam_search(beam_params)
+        return [abi.beam_to_wit(own(store, beam), score) for beam, score in beams]
+
+    def generate_stream(store: Any, this: Any, params: Any) -> int:
+        sequence = scope_sequences(store, limits).get(abi.resource_rep(store, this))
+        streams = scope_streams(store, limits)
+        streams.check_room()
+        return streams.open(sequence.generate_stream(abi.params_from_wit(params)))
+
     # Functions returning result<T, error>: failures become `err` values.
-    fallible: dict[str, tuple[Callable[..., Any], Callable[[Any], Any], bool]] = {
-        "[static]sequence.open": (service.open_sequence, own, False),
-        "[method]sequence.append": (method(lambda s, text: s.append(text)), nothing, True),
-        "[method]sequence.append-tokens": (method(lambda s, tokens: s.append_tokens(list(tokens))), nothing, True),
+    fallible: dict[str, tuple[Callable[..., Any], Callable[[Any], Any]]] = {
+        "[static]sequence.open": (opening(lambda _store, model: service.open_sequence(model)), identity),
+        "[method]sequence.append": (method(lambda s, text: s.append(text)), nothing),
+        "[method]sequence.append-tokens": (method(lambda s, tokens: s.append_tokens(list(tokens))), nothing),
         "[method]sequence.generate": (
             method(lambda s, params: s.generate(abi.params_from_wit(params))),
             abi.inference_result_to_wit,
-            True,
         ),
-        "[method]sequence.generate-stream": (
-            method(lambda s, params: streams.open(s.generate_stream(abi.params_from_wit(params)))),
-            lambda rep: abi.own_resource(rep, STREAM_TYPE_ID),
-            True,
+        "[method]sequence.generate-stream": (generate_stream, lambda rep: abi.own_resource(rep, STREAM_TYPE_ID)),
+        "[method]sequence.truncate": (method(lambda s, count: s.truncate(count)), nothing),
+        "[method]sequence.score": (
+            method(lambda s, continuations: s.score([str(c) for c in continuations])),
+            lambda scores: [float(x) for x in scores],
         ),
-        "[method]sequence.truncate": (method(lambda s, count: s.truncate(count)), nothing, True),
-        "[method]sequence.fork": (method(lambda s: s.fork()), own, True),
+        "[method]sequence.beam-search": (beam_search, identity),
+        "[method]sequence.fork": (
+            opening(lambda store, this: scope_sequences(store, limits).get(abi.resource_rep(store, this)).fork()),
+            identity,
+        ),
     }
     # Plain getters: they cannot fail on a live handle.
     getters: dict[str, Callable[[TokenSequence], Any]] = {
@@ -109,20 +115,22 @@ def define_sequences(
     }
     if not any(name in imported for name in (*fallible, *getters)):
         return
-    instance.add_resource("sequence", ResourceType.host(SEQUENCE_TYPE_ID), _dropped(sequences))
+    instance.add_resource("sequence", ResourceType.host(SEQUENCE_TYPE_ID), _dropped(limits))
     for name, func_type in imported.items():
         if name in fallible:
-            function, to_wit, with_store = fallible[name]
+            function, to_wit = fallible[name]
             encoder = abi.ResultEncoder.from_wit(func_type.result)
-            add_func(instance, name, abi.guarded(function, to_wit, encoder, with_store=with_store), func_type)
+            add_func(instance, name, abi.guarded(function, to_wit, encoder, with_store=True), func_type)
         elif name in getters:
             add_func(instance, name, method(getters[name]), func_type)
 
 
-def _dropped(sequences: SequenceTable) -> Callable[[Any, int], None]:
-    def destructor(_store: Any, rep: int) -> None:
+def _dropped(limits: ScopeLimits) -> Callable[[Any, int], None]:
+    def destructor(store: Any, rep: int) -> None:
         try:
-            sequences.drop(rep)
+            sequence = scope_sequences(store, limits).pop(rep)
+            if sequence is not None:
+                sequence.close()
         except Exception:  # freeing must not trap the guest that dropped the handle
             _log.exception("closing sequence %d failed", rep)
 

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..engine.base import Generation
-from ..types import EngineError, StreamEvent
+from ..types import EngineError, InvalidInput, StreamEvent
 
 IDLE_TIMEOUT_KEY = "sandbox.stream-idle-timeout-s"
+MAX_OPEN_KEY = "sandbox.max-open-streams"
 
 
 @dataclass
@@ -30,8 +31,15 @@ class _Handle:
 
 
 class StreamTable:
-    def __init__(self, idle_timeout_s: float | None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        idle_timeout_s: float | None,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        limit: int | None = None,
+    ) -> None:
         self._idle_timeout_s = idle_timeout_s
+        self._limit = limit
         self._clock = clock
         self._handles: dict[int, _Handle] = {}
         self._ids = itertools.count(1)
@@ -42,6 +50,14 @@ class StreamTable:
     def __len__(self) -> int:
         with self._lock:
             return len(self._handles)
+
+    def check_room(self) -> None:
+        """Raise `InvalidInput` naming the quota key when this table holds its limit of open streams."""
+        if self._limit is not None and len(self) >= self._limit:
+            raise InvalidInput(
+                f"this run already holds {self._limit} open streams, its limit (drop some first, or raise "
+                f"`{MAX_OPEN_KEY}` in the config)"
+            )
 
     def open(self, generation: Generation) -> int:
         handle = _Handle(generation, self._clock())

@@ -8,11 +8,10 @@ from wasmtime import Engine
 from wasmtime.component import Component, FuncType, Linker, LinkerInstance
 
 from .. import abi
-from ..interfaces.llm import INTERFACE as LLM_INTERFACE
-from ..interfaces.llm import LlmService, define_llm
-from ..interfaces.sequences import INTERFACE as SEQUENCES_INTERFACE
-from ..interfaces.sequences import SequenceTable, define_sequences
-from ..interfaces.streams import StreamTable
+from ..interfaces.llm import INTERFACES as LLM_INTERFACES
+from ..interfaces.llm import LlmService, ScopeLimits, define_llm
+from ..interfaces.sequences import INTERFACES as SEQUENCES_INTERFACES
+from ..interfaces.sequences import define_sequences
 
 # Defines one more WIT interface in a linker instance, given the functions the component imports from it.
 InterfaceDefiner = Callable[[LinkerInstance, dict[str, FuncType]], None]
@@ -22,8 +21,7 @@ def build_linker(
     engine: Engine,
     component: Component,
     llm: LlmService,
-    streams: StreamTable,
-    sequences: SequenceTable | None = None,
+    limits: ScopeLimits,
     *,
     extra: Mapping[str, InterfaceDefiner] | None = None,
 ) -> Linker:
@@ -33,14 +31,17 @@ def build_linker(
     """
     linker = Linker(engine)
     linker.add_wasip2()
-    imported = abi.imported_functions(component, engine, LLM_INTERFACE)
-    if imported:
-        with linker.root() as root, root.add_instance(LLM_INTERFACE) as instance:
-            define_llm(instance, llm, streams, imported)
-    imported = abi.imported_functions(component, engine, SEQUENCES_INTERFACE)
-    if imported and sequences is not None:
-        with linker.root() as root, root.add_instance(SEQUENCES_INTERFACE) as instance:
-            define_sequences(instance, llm, sequences, streams, imported)
+    # Every served version of each interface the component imports (one implementation; see `versions`).
+    for name in LLM_INTERFACES:
+        imported = abi.imported_functions(component, engine, name)
+        if imported:
+            with linker.root() as root, root.add_instance(name) as instance:
+                define_llm(instance, llm, limits, imported)
+    for name in SEQUENCES_INTERFACES:
+        imported = abi.imported_functions(component, engine, name)
+        if imported:
+            with linker.root() as root, root.add_instance(name) as instance:
+                define_sequences(instance, llm, limits, imported)
     for name, define in (extra or {}).items():
         if name in component.type.imports(engine):
             functions = abi.imported_functions(component, engine, name)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from wasmtime import Engine, Store, WasiConfig
 
 from ..config import SandboxConfig
+from .scope import RunScope
 
 # How often the epoch advances while a timeout is configured; a guest overruns its limit by at most this much.
 EPOCH_TICK_S = 0.05
@@ -98,8 +99,11 @@ def new_store(
     argv: list[str],
     stdout: CapturedOutput | None = None,
     stderr: CapturedOutput | None = None,
+    scope: RunScope | None = None,
 ) -> Store:
-    store = Store(engine)
+    """A sandboxed store whose data is `scope` (host functions find the run's handles there; see
+    `runtime.scope`). The caller closes the scope, then the store, when the run ends."""
+    store = Store(engine, scope if scope is not None else RunScope())
     store.set_wasi(wasi_config(sandbox, argv, stdout, stderr))
     # The limit applies to each linear memory; a guest that hits it sees allocation failure (Python: MemoryError).
     store.set_limits(memory_size=sandbox.max_memory_mb * 1024 * 1024)

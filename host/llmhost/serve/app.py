@@ -319,6 +319,9 @@ class ThreadWriter:
         self._exchange.call(self._exchange.send_head(status, headers), self._deadline)
         self._started = True
 
+    def time_left_ms(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
     def write(self, chunk: bytes) -> None:
         if not self._started:
             raise WriteInvalid("write before start: call start(status, headers) first")

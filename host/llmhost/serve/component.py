@@ -5,29 +5,30 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from wasmtime import WasmtimeError
+from wasmtime import Store, WasmtimeError
 from wasmtime.component import ComponentInstanceType, FuncType
 
 from .. import abi
 from ..api import Host, LoadError, _cause, check_imports
 from ..interfaces.http import (
     HANDLE_EXPORT,
-    HANDLER_INTERFACE,
-    HTTP_INTERFACE,
+    HANDLER_INTERFACES,
+    HTTP_INTERFACES,
     WRITER_TYPE_ID,
     ResponseWriter,
     WriterTable,
     define_http,
 )
-from ..interfaces.llm import INTERFACE as LLM_INTERFACE
-from ..interfaces.sequences import INTERFACE as SEQUENCES_INTERFACE
+from ..interfaces.llm import INTERFACES as LLM_INTERFACES
+from ..interfaces.sequences import INTERFACES as SEQUENCES_INTERFACES
 from ..runtime.sandbox import CapturedOutput, new_store
+from ..runtime.scope import RunScope
 from . import policy
 from .config import ComponentSettings
 
 _guest_log = logging.getLogger("llmhost.serve.guest")
 
-PROVIDED_INTERFACES = (LLM_INTERFACE, SEQUENCES_INTERFACE, HTTP_INTERFACE)
+PROVIDED_INTERFACES = (*LLM_INTERFACES, *SEQUENCES_INTERFACES, *HTTP_INTERFACES)
 
 
 @dataclass(frozen=True)
@@ -60,28 +61,34 @@ class HttpComponent:
         self.name = settings.name
         self._writers = writers
         linked = host.link(
-            settings.source, extra={HTTP_INTERFACE: lambda instance, imported: define_http(instance, writers, imported)}
+            settings.source,
+            extra={
+                name: lambda instance, imported: define_http(instance, writers, imported) for name in HTTP_INTERFACES
+            },
         )
         self.compiled = linked.compiled
         self._engine, self._component, self._linker = linked.engine, linked.component, linked.linker
-        self._check()
-        handler = self._component.get_export_index(HANDLER_INTERFACE)
+        handler_name = self._check()
+        handler = self._component.get_export_index(handler_name)
         handle = self._component.get_export_index(HANDLE_EXPORT, handler)
         assert handle is not None  # checked above
         self._handle = handle
 
-    def _check(self) -> None:
+    def _check(self) -> str:
+        """Check the exports and imports; returns the name of the handler interface (of whichever version)."""
         source = self.settings.source
         exports = self._component.type.exports(self._engine)
-        handler = exports.get(HANDLER_INTERFACE)
-        instance_type = handler.ty if handler is not None else None
-        functions = instance_type.exports(self._engine) if isinstance(instance_type, ComponentInstanceType) else {}
-        if HANDLE_EXPORT not in functions or not isinstance(functions[HANDLE_EXPORT].ty, FuncType):
-            raise LoadError(
-                f"{source}: the component does not export `{HANDLER_INTERFACE}` with `{HANDLE_EXPORT}` (it must "
-                "target the `http-app` world of wit/http.wit: `llmhost build DIR -o APP.wasm --world http-app`)"
-            )
-        check_imports(source, self._component, self._engine, PROVIDED_INTERFACES)
+        for name in reversed(HANDLER_INTERFACES):
+            handler = exports.get(name)
+            instance_type = handler.ty if handler is not None else None
+            functions = instance_type.exports(self._engine) if isinstance(instance_type, ComponentInstanceType) else {}
+            if HANDLE_EXPORT in functions and isinstance(functions[HANDLE_EXPORT].ty, FuncType):
+                check_imports(source, self._component, self._engine, PROVIDED_INTERFACES)
+                return name
+        raise LoadError(
+            f"{source}: the component does not export `{HANDLER_INTERFACES[-1]}` with `{HANDLE_EXPORT}` (it must "
+            "target the `http-app` world of wit/http.wit: `llmhost build DIR -o APP.wasm --world http-app`)"
+        )
 
     def handle(self, request: HttpRequest, writer: ResponseWriter, deadline_s: float) -> HttpResponse:
         """Run `handler.handle` in a fresh instance (on the calling thread) that may run for `deadline_s`.
@@ -101,8 +108,10 @@ class HttpComponent:
 
         sandbox = self.settings.sandbox.model_copy(update={"timeout_s": max(deadline_s, 0.001)})
         rep = self._writers.register(writer)
+        scope = RunScope(f"request to {self.name}")
+        store: Store | None = None
         try:
-            store = new_store(self._engine, sandbox, [self.name], stderr=captured)
+            store = new_store(self._engine, sandbox, [self.name], stderr=captured, scope=scope)
             try:
                 instance = self._linker.instantiate(store, self._component)
             except WasmtimeError as error:
@@ -120,6 +129,11 @@ class HttpComponent:
             status, headers, body = abi.http_response_from_wit(value)
             return HttpResponse(status, headers, body)
         finally:
+            # The request is over: what the guest still holds is freed before the next request is admitted,
+            # and the instance's memory with the store (a trap's reference cycle would otherwise keep it).
+            scope.close()
+            if store is not None:
+                store.close()
             self._writers.unregister(rep)
             for line in guest_stderr().decode("utf-8", "replace").splitlines():
                 _guest_log.warning("%s: %s", self.name, line)

@@ -321,6 +321,9 @@ class ScopedEngine:
     def model_names(self) -> list[str]:
         return self._inner.model_names()
 
+    def list_models(self) -> list[ModelInfo]:
+        return self._inner.list_models()
+
     def model_info(self, model: str) -> ModelInfo:
         self._scope(model)
         return self._inner.model_info(model)

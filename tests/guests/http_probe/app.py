@@ -54,6 +54,11 @@ def greedy(max_tokens):
         top_k=0,
         top_p=1.0,
         seed=None,
+        constraint=None,
+        logprobs=None,
+        frequency_penalty=0.0,
+        presence_penalty=0.0,
+        logit_bias=[],
     )
 
 

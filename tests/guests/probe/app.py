@@ -6,6 +6,9 @@ fake engine (tests/integration) and the real llama.cpp engine (tests/e2e):
     stream MODEL PROMPT [PARAMS_JSON]  every event of infer-stream, then two more `next()` results (after done)
     stream-drop MODEL PROMPT N SLOTS   read N events, drop the stream, then hold SLOTS new streams at once
     stream-idle MODEL PROMPT SECONDS   read one event, sleep, then call next() again
+    infer-seeds MODEL PROMPT PARAMS_JSON N   N streams at once with seeds 0..N-1: [{"text", "finish-reason"}]
+    leak MODEL [return|trap|catch]     keep a stream and a sequence in a global, then return/trap/catch and return
+    open-many MODEL N                  open N sequences and keep them: {"opened", "err"}
     infer MODEL PROMPT [PARAMS_JSON]   PARAMS_JSON: "none", or an object of WIT field names (kebab-case)
                                        overriding the WIT defaults, e.g. {"max-tokens": 8, "stop": ["\\n"]}
     seq MODEL SCRIPT_JSON              run a script of `sequences` calls, e.g. [["open", "a"], ["append", "a", "Hi"],
@@ -46,7 +49,30 @@ DEFAULT_PARAMS = {
     "top-k": 40,
     "top-p": 0.9,
     "seed": None,
+    "constraint": None,
+    "logprobs": None,
+    "frequency-penalty": 0.0,
+    "presence-penalty": 0.0,
+    "logit-bias": [],
 }
+
+# PARAMS_JSON's "constraint": {"json-schema": TEXT} | {"json-object": null} | {"regex": TEXT} | {"grammar": TEXT} |
+# {"choice": [TEXT, ...]}
+CONSTRAINTS = {
+    "json-schema": llm.Constraint_JsonSchema,
+    "json-object": llm.Constraint_JsonObject,
+    "regex": llm.Constraint_Regex,
+    "grammar": llm.Constraint_Grammar,
+    "choice": llm.Constraint_Choice,
+}
+
+
+def parse_constraint(value):
+    if value is None:
+        return None
+    [(kind, payload)] = value.items()
+    return CONSTRAINTS[kind]() if payload is None else CONSTRAINTS[kind](payload)
+
 
 ERROR_KINDS = {
     llm.Error_ModelNotSupported: "model-not-supported",
@@ -64,6 +90,8 @@ def parse_params(text):
     if unknown:
         raise ValueError(f"unknown params: {sorted(unknown)}")
     fields.update(overrides)
+    fields["constraint"] = parse_constraint(fields["constraint"])
+    fields["logit-bias"] = [llm.LogitBias(token_id=e["token-id"], bias=e["bias"]) for e in fields["logit-bias"]]
     return llm.InferencingParams(**{k.replace("-", "_"): v for k, v in fields.items()})
 
 
@@ -74,13 +102,31 @@ def usage_json(usage):
     }
 
 
-def op_infer(model, prompt, params="none"):
-    result = llm.infer(model, prompt, parse_params(params))
-    return {
+def logprobs_json(entries):
+    return [
+        {
+            "token-id": e.token_id,
+            "bytes": list(e.bytes),
+            "logprob": e.logprob,
+            "top": [{"token-id": t.token_id, "bytes": list(t.bytes), "logprob": t.logprob} for t in e.top],
+        }
+        for e in entries
+    ]
+
+
+def result_json(result):
+    value = {
         "text": result.text,
         "finish-reason": result.finish_reason.name.lower().replace("_", "-"),
         "usage": usage_json(result.usage),
     }
+    if result.logprobs:  # only when requested (keeps the 0.1.0 shape otherwise)
+        value["logprobs"] = logprobs_json(result.logprobs)
+    return value
+
+
+def op_infer(model, prompt, params="none"):
+    return result_json(llm.infer(model, prompt, parse_params(params)))
 
 
 def event_json(event):
@@ -88,7 +134,10 @@ def event_json(event):
         return None
     if isinstance(event, llm.StreamEvent_Chunk):
         chunk = event.value
-        return {"chunk": {"text": chunk.text, "token-ids": list(chunk.token_ids), "usage": usage_json(chunk.usage)}}
+        value = {"text": chunk.text, "token-ids": list(chunk.token_ids), "usage": usage_json(chunk.usage)}
+        if chunk.logprobs:
+            value["logprobs"] = logprobs_json(chunk.logprobs)
+        return {"chunk": value}
     done = event.value
     reason = done.finish_reason.name.lower().replace("_", "-")
     return {"done": {"finish-reason": reason, "usage": usage_json(done.usage)}}
@@ -150,12 +199,7 @@ def op_seq(model, script):
         if op == "append-tokens":
             return seq.append_tokens(args[0])
         if op == "generate":
-            result = seq.generate(parse_params(json.dumps(args[0]) if args else "none"))
-            return {
-                "text": result.text,
-                "finish-reason": result.finish_reason.name.lower().replace("_", "-"),
-                "usage": usage_json(result.usage),
-            }
+            return result_json(seq.generate(parse_params(json.dumps(args[0]) if args else "none")))
         if op == "stream":
             with seq.generate_stream(parse_params(json.dumps(args[0]) if args else "none")) as stream:
                 events = []
@@ -191,6 +235,59 @@ def op_seq(model, script):
         except Err as error:
             results.append({"err": error_json(error)})
     return results
+
+
+def op_infer_seeds(model, prompt, params, count):
+    """Start one stream per seed 0..COUNT-1 at once (the host batches them), read them round-robin, and return
+    each one's joined text and finish reason."""
+    base = json.loads(params)
+    streams = [
+        llm.infer_stream(model, prompt, parse_params(json.dumps({**base, "seed": s}))) for s in range(int(count))
+    ]
+    texts = [[] for _ in streams]
+    reasons = [None] * len(streams)
+    while any(r is None for r in reasons):
+        for i, stream in enumerate(streams):
+            if reasons[i] is None:
+                event = stream.next()
+                if isinstance(event, llm.StreamEvent_Chunk):
+                    texts[i].append(event.value.text)
+                elif isinstance(event, llm.StreamEvent_Done):
+                    reasons[i] = event.value.finish_reason.name.lower().replace("_", "-")
+    for stream in streams:
+        stream.__exit__(None, None, None)
+    return [{"text": "".join(t), "finish-reason": r} for t, r in zip(texts, reasons, strict=True)]
+
+
+LEAKED = []
+
+
+def op_leak(model, mode="return"):
+    """Keep an unread stream and an open sequence in a global, then return (or trap, or catch an error from
+    the sequence and return): the host must free them when the run ends."""
+    stream = llm.infer_stream(model, "Count to one hundred: 1, 2, 3,", parse_params('{"max-tokens": 50}'))
+    stream.next()
+    seq = sequences.Sequence.open(model)
+    seq.append("Hello there")
+    LEAKED.extend([stream, seq])
+    if mode == "trap":
+        raise RuntimeError("probe: trap while holding a stream and a sequence")
+    if mode == "catch":
+        try:  # noqa: SIM105 (an explicit handler, as careful guest code writes it)
+            seq.truncate(10**6)
+        except Err:
+            pass  # the exception's traceback keeps `seq` alive in a cycle
+    return len(LEAKED)
+
+
+def op_open_many(model, count):
+    """Open COUNT sequences (kept open); returns how many opened before the first error, and that error."""
+    for i in range(int(count)):
+        try:
+            LEAKED.append(sequences.Sequence.open(model))
+        except Err as error:
+            return {"opened": i, "err": error_json(error)}
+    return {"opened": int(count), "err": None}
 
 
 def op_tokenize(model, text):
@@ -265,6 +362,9 @@ def op_loop():
 
 OPERATIONS = {
     "infer": op_infer,
+    "infer-seeds": op_infer_seeds,
+    "leak": op_leak,
+    "open-many": op_open_many,
     "stream": op_stream,
     "seq": op_seq,
     "stream-drop": op_stream_drop,

@@ -1,0 +1,21 @@
+"""The WIT package versions this host serves, and the full interface names of each.
+
+Every version is served by the same implementation: a component built against 0.1.0 imports the 0.1.0 names
+and gets host functions typed by its own (0.1.0) import types; the only conversion is in `abi` (0.2.0 fields
+absent from a 0.1.0 params record take their defaults; 0.2.0 result fields are simply not lowered).
+"""
+
+from __future__ import annotations
+
+PACKAGE = "llmhost:llm"
+VERSIONS = ("0.1.0", "0.2.0")
+CURRENT = VERSIONS[-1]
+
+
+def interface_names(interface: str) -> tuple[str, ...]:
+    """`llmhost:llm/<interface>@<version>` for every served version, oldest first."""
+    return tuple(f"{PACKAGE}/{interface}@{version}" for version in VERSIONS)
+
+
+def current(interface: str) -> str:
+    return f"{PACKAGE}/{interface}@{CURRENT}"

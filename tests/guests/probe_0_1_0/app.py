@@ -1,0 +1,311 @@
+"""A test guest (not an example), frozen at llmhost:llm@0.1.0 (built against wit/0.1.0): its arguments pick
+one operation, and it prints one JSON line with the outcome.
+
+Tests drive every `llm` function and every sandbox boundary through the real guest path with it, against the
+fake engine (tests/integration) and the real llama.cpp engine (tests/e2e):
+
+    stream MODEL PROMPT [PARAMS_JSON]  every event of infer-stream, then two more `next()` results (after done)
+    stream-drop MODEL PROMPT N SLOTS   read N events, drop the stream, then hold SLOTS new streams at once
+    stream-idle MODEL PROMPT SECONDS   read one event, sleep, then call next() again
+    infer MODEL PROMPT [PARAMS_JSON]   PARAMS_JSON: "none", or an object of WIT field names (kebab-case)
+                                       overriding the WIT defaults, e.g. {"max-tokens": 8, "stop": ["\\n"]}
+    seq MODEL SCRIPT_JSON              run a script of `sequences` calls, e.g. [["open", "a"], ["append", "a", "Hi"],
+                                       ["generate", "a", PARAMS], ["fork", "a", "b"], ["text", "b"]]: one result per
+                                       step ({"ok": ...} or {"err": ...}); the rest of the steps still run
+    tokenize MODEL TEXT
+    info MODEL
+    embed MODEL TEXT...
+    argv [ANY...]                      the WASI argv the guest sees
+    count                              how many runs this instance has seen (1: a fresh instance per run)
+    env                                the environment the guest sees
+    readfile PATH | writefile PATH TEXT | listdir PATH
+    connect IP PORT                    open a TCP connection to a numeric IPv4 address
+    alloc MB                           allocate (and touch) MB megabytes
+    trap                               raise an uncaught exception (the guest traps)
+    loop                               spin forever (for timeouts)
+
+Output: {"ok": VALUE} with exit status 0, or {"err": {"kind": KIND, "message": MSG}} with exit status 1, where KIND
+is the WIT error case ("invalid-input", "model-not-supported", "runtime-error") or a Python exception name.
+"""
+
+import json
+import os
+import socket
+import sys
+
+from componentize_py_types import Err
+from wit_world import WitWorld
+from wit_world.imports import llm, sequences
+
+# The WIT defaults (the `inferencing-params` doc); PARAMS_JSON overrides any of them.
+DEFAULT_PARAMS = {
+    "max-tokens": 100,
+    "repeat-penalty": 1.1,
+    "repeat-penalty-last-n-token-count": 64,
+    "stop": [],
+    "temperature": 0.8,
+    "top-k": 40,
+    "top-p": 0.9,
+    "seed": None,
+}
+
+ERROR_KINDS = {
+    llm.Error_ModelNotSupported: "model-not-supported",
+    llm.Error_RuntimeError: "runtime-error",
+    llm.Error_InvalidInput: "invalid-input",
+}
+
+
+def parse_params(text):
+    if text == "none":
+        return None
+    fields = dict(DEFAULT_PARAMS)
+    overrides = json.loads(text)
+    unknown = set(overrides) - set(fields)
+    if unknown:
+        raise ValueError(f"unknown params: {sorted(unknown)}")
+    fields.update(overrides)
+    return llm.InferencingParams(**{k.replace("-", "_"): v for k, v in fields.items()})
+
+
+def usage_json(usage):
+    return {
+        "prompt-token-count": usage.prompt_token_count,
+        "generated-token-count": usage.generated_token_count,
+    }
+
+
+def op_infer(model, prompt, params="none"):
+    result = llm.infer(model, prompt, parse_params(params))
+    return {
+        "text": result.text,
+        "finish-reason": result.finish_reason.name.lower().replace("_", "-"),
+        "usage": usage_json(result.usage),
+    }
+
+
+def event_json(event):
+    if event is None:
+        return None
+    if isinstance(event, llm.StreamEvent_Chunk):
+        chunk = event.value
+        return {"chunk": {"text": chunk.text, "token-ids": list(chunk.token_ids), "usage": usage_json(chunk.usage)}}
+    done = event.value
+    reason = done.finish_reason.name.lower().replace("_", "-")
+    return {"done": {"finish-reason": reason, "usage": usage_json(done.usage)}}
+
+
+def op_stream(model, prompt, params="none"):
+    events = []
+    with llm.infer_stream(model, prompt, parse_params(params)) as stream:
+        while True:
+            event = stream.next()
+            events.append(event_json(event))
+            if event is None or isinstance(event, llm.StreamEvent_Done):
+                break
+        after = [event_json(stream.next()), event_json(stream.next())]
+    return {"events": events, "after-done": after}
+
+
+GREEDY_FOR_STREAMS = '{"temperature": 0.0, "repeat-penalty": 1.0, "max-tokens": 64}'
+
+
+def op_stream_drop(model, prompt, n, slots):
+    stream = llm.infer_stream(model, prompt, parse_params(GREEDY_FOR_STREAMS))
+    read = [event_json(stream.next()) for _ in range(int(n))]
+    stream.__exit__(None, None, None)  # drop the handle now, long before the generation would end
+    import time
+
+    time.sleep(0.5)  # a generation that kept running would decode ~15 more tokens meanwhile
+    # Every slot at once: only possible if the dropped stream gave its slot back.
+    held = [llm.infer_stream(model, prompt, parse_params(GREEDY_FOR_STREAMS)) for _ in range(int(slots))]
+    firsts = [event_json(s.next()) for s in held]
+    for s in held:
+        s.__exit__(None, None, None)
+    return {"read": read, "held": firsts}
+
+
+def op_stream_idle(model, prompt, seconds):
+    import time
+
+    with llm.infer_stream(model, prompt, parse_params(GREEDY_FOR_STREAMS)) as stream:
+        first = event_json(stream.next())
+        time.sleep(float(seconds))
+        try:
+            second = {"event": event_json(stream.next())}
+        except Err as error:
+            second = {"err": error_json(error)}
+    return {"first": first, "second": second}
+
+
+def op_seq(model, script):
+    held = {}
+
+    def step(op, name, *args):
+        if op == "open":
+            held[name] = sequences.Sequence.open(args[0] if args else model)
+            return None
+        seq = held[name]
+        if op == "append":
+            return seq.append(args[0])
+        if op == "append-tokens":
+            return seq.append_tokens(args[0])
+        if op == "generate":
+            result = seq.generate(parse_params(json.dumps(args[0]) if args else "none"))
+            return {
+                "text": result.text,
+                "finish-reason": result.finish_reason.name.lower().replace("_", "-"),
+                "usage": usage_json(result.usage),
+            }
+        if op == "stream":
+            with seq.generate_stream(parse_params(json.dumps(args[0]) if args else "none")) as stream:
+                events = []
+                limit = args[1] if len(args) > 1 else None  # read at most this many events, then drop the stream
+                while limit is None or len(events) < limit:
+                    event = stream.next()
+                    events.append(event_json(event))
+                    if event is None or isinstance(event, llm.StreamEvent_Done):
+                        break
+            return events
+        if op == "fork":
+            held[args[0]] = seq.fork()
+            return None
+        if op == "truncate":
+            return seq.truncate(args[0])
+        if op == "drop":
+            held.pop(name).__exit__(None, None, None)
+            return None
+        getters = {
+            "text": seq.text,
+            "tokens": seq.token_ids,
+            "len": seq.len,
+            "logprobs": seq.logprobs,
+            "log-likelihood": seq.log_likelihood,
+            "evaluated": seq.evaluated_token_count,
+        }
+        return getters[op]()
+
+    results = []
+    for op, name, *args in json.loads(script):
+        try:
+            results.append({"ok": step(op, name, *args)})
+        except Err as error:
+            results.append({"err": error_json(error)})
+    return results
+
+
+def op_tokenize(model, text):
+    return llm.tokenize(model, text)
+
+
+def op_info(model):
+    info = llm.get_model_info(model)
+    return {"name": info.name, "context-length": info.context_length, "vocab-size": info.vocab_size}
+
+
+def op_embed(model, *texts):
+    result = llm.generate_embeddings(model, list(texts))
+    return {"embeddings": result.embeddings, "usage": {"prompt-token-count": result.usage.prompt_token_count}}
+
+
+def op_argv(*_args):
+    return sys.argv
+
+
+RUNS = 0
+
+
+def op_count():
+    # 1 on every run when each run gets a fresh instance (module state does not survive between runs).
+    global RUNS
+    RUNS += 1
+    return RUNS
+
+
+def op_env():
+    return dict(os.environ)
+
+
+def op_readfile(path):
+    with open(path) as f:
+        return f.read()
+
+
+def op_writefile(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    return len(text)
+
+
+def op_listdir(path):
+    return sorted(os.listdir(path))
+
+
+def op_connect(ip, port):
+    # A numeric address and no getaddrinfo: name lookup needs the `idna` codec, which is not in the guest.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.connect((ip, int(port)))
+        return "connected"
+
+
+def op_alloc(megabytes):
+    block = bytearray(int(megabytes) * 1024 * 1024)
+    block[::4096] = b"x" * len(block[::4096])  # touch every page
+    return len(block)
+
+
+def op_trap():
+    raise RuntimeError("probe: deliberate trap")
+
+
+def op_loop():
+    n = 0
+    while True:
+        n += 1
+
+
+OPERATIONS = {
+    "infer": op_infer,
+    "stream": op_stream,
+    "seq": op_seq,
+    "stream-drop": op_stream_drop,
+    "stream-idle": op_stream_idle,
+    "tokenize": op_tokenize,
+    "info": op_info,
+    "embed": op_embed,
+    "argv": op_argv,
+    "count": op_count,
+    "env": op_env,
+    "readfile": op_readfile,
+    "writefile": op_writefile,
+    "listdir": op_listdir,
+    "connect": op_connect,
+    "alloc": op_alloc,
+    "trap": op_trap,
+    "loop": op_loop,
+}
+
+
+def error_json(error):
+    if isinstance(error, Err):
+        kind = ERROR_KINDS.get(type(error.value), type(error.value).__name__)
+        return {"kind": kind, "message": getattr(error.value, "value", None) or ""}
+    return {"kind": type(error).__name__, "message": str(error)}
+
+
+class WitWorld(WitWorld):
+    def run(self, args):
+        if not args or args[0] not in OPERATIONS:
+            print(f"usage: probe {{{'|'.join(OPERATIONS)}}} ARGS...", file=sys.stderr)
+            return 2
+        operation = OPERATIONS[args[0]]
+        try:
+            value = operation(*args[1:])
+        except TypeError as error:  # wrong number of arguments for the operation
+            print(f"probe: {error}", file=sys.stderr)
+            return 2
+        except (Err, OSError, ValueError, LookupError, MemoryError) as error:
+            print(json.dumps({"err": error_json(error)}), flush=True)
+            return 1
+        print(json.dumps({"ok": value}), flush=True)
+        return 0
