@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from llmhost import Host, InferencingParams
+from llmhost import GuestTrap, Host, InferencingParams
 from llmhost.types import InvalidInput
 from probe_driver import ProbeOutcome
 
@@ -44,10 +44,11 @@ def test_handles_kept_in_globals_are_freed_when_the_run_ends(
     real_probe("info", MODEL)
     start = model_state(real_host)
     for _ in range(runs):
-        outcome = real_probe("leak", MODEL, mode)
         if mode == "trap":
-            assert outcome.exit_code != 0 or outcome.error is not None
+            with pytest.raises(GuestTrap):
+                real_probe("leak", MODEL, mode)
         else:
+            outcome = real_probe("leak", MODEL, mode)
             assert outcome.exit_code == 0, (outcome.error, outcome.stderr[-1000:])
         # Slots and swapped bytes are back where they were after every run, not after an idle timeout.
         assert model_state(real_host) == start
