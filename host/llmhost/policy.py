@@ -31,6 +31,8 @@ MAX_OPEN_SEQUENCES = 64
 MAX_OPEN_STREAMS = 64
 # Default of `models.NAME.max-swapped-mb`: host memory for swapped-out sequences' KV state, per model.
 MAX_SWAPPED_MB = 2048
+# Texts per `generate-embeddings` call (OpenAI's limit); each is also bounded by the context window.
+MAX_EMBEDDING_TEXTS = 2048
 U32_MAX = 2**32 - 1
 U64_MAX = 2**64 - 1
 
@@ -109,6 +111,11 @@ def check_constraint(constraint: Constraint) -> None:
             raise InvalidInput(f"constraint {constraint.kind} is empty")
     if size > MAX_CONSTRAINT_BYTES:
         raise InvalidInput(f"constraint {constraint.kind} is {size} bytes; at most {MAX_CONSTRAINT_BYTES} are allowed")
+
+
+def check_embedding_texts(texts: list[str]) -> None:
+    if len(texts) > MAX_EMBEDDING_TEXTS:
+        raise InvalidInput(f"generate-embeddings got {len(texts)} texts; at most {MAX_EMBEDDING_TEXTS} per call")
 
 
 def validate_params(params: InferencingParams) -> InferencingParams:

@@ -7,7 +7,7 @@ Tokens are UTF-8 bytes (id = byte + 3; 1 = beginning of sequence, 2 = end of gen
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from .. import policy
 from ..types import (
@@ -107,8 +107,9 @@ class FakeEngine:
     def infer(self, model: str, prompt: str, params: InferencingParams) -> InferenceResult:
         return collect(self.stream(model, prompt, params))
 
-    def embeddings(self, model: str, texts: list[str]) -> EmbeddingsResult:
+    def embeddings(self, model: str, texts: list[str], check: Callable[[], None] | None = None) -> EmbeddingsResult:
         self._check(model)
+        policy.check_embedding_texts(texts)
         vectors = [[float(len(t)), float(sum(t.encode()) % 97)] for t in texts]
         count = sum(len(self.tokenize(model, t)) for t in texts)
         return EmbeddingsResult(embeddings=vectors, prompt_token_count=count)

@@ -7,6 +7,7 @@ After each generation the state is rewound so that it holds exactly the returned
 from __future__ import annotations
 
 import math
+import time
 from typing import TYPE_CHECKING
 
 from ..types import BeamParams, EngineError, InferenceResult, InferencingParams, InvalidInput
@@ -76,9 +77,19 @@ class LlamaSequence:
             )
         with model.lock:
             state.append(tokens, texts)
-            # Evaluate now, all but the last token: the next generation evaluates that one to get its logits.
             model.slots.attach(state)
-            model.evaluate(state, len(state.tokens) - 1)
+            state.busy = True  # stays in its slot between chunks
+        try:
+            # Evaluate now, all but the last token (the next generation evaluates that one to get its logits),
+            # one batch-size chunk per hold of the model lock: other generations' steps run in between, so a
+            # long append delays them by one chunk, not by the whole text.
+            target = len(state.tokens) - 1
+            while state.n_kv < target:
+                with model.lock:
+                    model.evaluate(state, min(target, state.n_kv + model.n_batch))
+                time.sleep(0)  # let a waiting step take the lock
+        finally:
+            model.slots.release(state)
 
     def generate_stream(self, params: InferencingParams) -> LlamaGeneration:
         self._check_idle()

@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +120,7 @@ class LlamaModel:
         self.scheduler = Scheduler(self)
         self.slots = SlotPool(lib, self.ctx, config.slots, self.lock, name, on_free=self.scheduler.wake)
         self._embed_ctx: Any = None
+        self._embed_batch: Any = None
         self._constraints: Any = None  # the model's ConstraintCompiler, created on first use (llguidance)
         self._constraints_lock = threading.Lock()
         # Tokens run through the model so far (prefill and decode): what generations cost, for tests and stats.
@@ -316,54 +317,74 @@ class LlamaModel:
             return [float(ptr[i]) for i in range(self.n_vocab)]
 
     # --- embeddings --------------------------------------------------------------------------------------
-    def embed(self, texts: list[str]) -> EmbeddingsResult:
+    def embed(self, texts: list[str], check: Callable[[], None] | None = None) -> EmbeddingsResult:
+        """Mean of the last hidden states over each text's tokens, L2-normalized.
+
+        Bounded work under the model lock: each text runs in batch-size chunks, one chunk per lock hold, so
+        generations interleave with a long embeddings call; `check()` runs between chunks and raises to stop it
+        (a cancelled request or a passed deadline). The mean is computed here (pooling none) because llama.cpp's
+        own mean pooling needs a whole sequence in one batch.
+        """
+        import numpy as np
+
+        policy.check_embedding_texts(texts)
         lib = self.lib
+        ctx = self._embedding_context()
+        n_embd = lib.llama_model_n_embd(self.model)
+        vectors: list[list[float]] = []
+        total = 0
+        for index, text in enumerate(texts):
+            tokens = self.tokenize(text)
+            total += len(tokens)
+            if len(tokens) > self.n_ctx:
+                raise InvalidInput(
+                    f"text[{index}] is {len(tokens)} tokens but the context window is {self.n_ctx} tokens"
+                )
+            summed = np.zeros(n_embd, dtype=np.float64)
+            for start in range(0, len(tokens), self.n_batch):
+                if check is not None:
+                    check()
+                chunk = tokens[start : start + self.n_batch]
+                with self.lock:
+                    if start == 0:
+                        lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
+                    batch = self._embed_batch
+                    for i, tok in enumerate(chunk):
+                        batch.token[i] = tok
+                        batch.pos[i] = start + i
+                        batch.n_seq_id[i] = 1
+                        batch.seq_id[i][0] = 0
+                        batch.logits[i] = 1
+                    batch.n_tokens = len(chunk)
+                    rc = lib.llama_decode(ctx, batch)
+                    if rc != 0:
+                        raise EngineError(f"llama_decode failed with code {rc} while embedding text[{index}]")
+                    rows = np.ctypeslib.as_array(lib.llama_get_embeddings(ctx), shape=(len(chunk), n_embd))
+                    summed += rows.sum(axis=0, dtype=np.float64)
+            mean = summed / max(1, len(tokens))
+            norm = float(np.linalg.norm(mean)) or 1.0
+            vectors.append([float(v) for v in mean / norm])
+        return EmbeddingsResult(embeddings=vectors, prompt_token_count=total)
+
+    def _embedding_context(self) -> Any:
         with self.lock:
             if self._embed_ctx is None:
+                lib = self.lib
                 cparams = lib.llama_context_default_params()
                 cparams.n_ctx = self.n_ctx
-                cparams.n_batch = self.n_ctx
-                cparams.n_ubatch = self.n_ctx
+                cparams.n_batch = self.n_batch
+                cparams.n_ubatch = self.n_batch
                 cparams.n_seq_max = 1
                 cparams.n_threads = self.config.threads
                 cparams.n_threads_batch = self.config.threads
                 cparams.embeddings = True
-                cparams.pooling_type = lib.LLAMA_POOLING_TYPE_MEAN
+                cparams.pooling_type = lib.LLAMA_POOLING_TYPE_NONE
                 cparams.no_perf = True
                 self._embed_ctx = lib.llama_init_from_model(self.model, cparams)
                 if not self._embed_ctx:
                     raise EngineError(f"llama.cpp could not create an embeddings context for {self.name}")
-            ctx = self._embed_ctx
-            batch = lib.llama_batch_init(self.n_ctx, 0, 1)
-            vectors: list[list[float]] = []
-            total = 0
-            n_embd = lib.llama_model_n_embd(self.model)
-            try:
-                for index, text in enumerate(texts):
-                    tokens = self.tokenize(text)
-                    total += len(tokens)
-                    if len(tokens) > self.n_ctx:
-                        raise InvalidInput(
-                            f"text[{index}] is {len(tokens)} tokens but the context window is {self.n_ctx} tokens"
-                        )
-                    lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
-                    for i, tok in enumerate(tokens):
-                        batch.token[i] = tok
-                        batch.pos[i] = i
-                        batch.n_seq_id[i] = 1
-                        batch.seq_id[i][0] = 0
-                        batch.logits[i] = 1
-                    batch.n_tokens = len(tokens)
-                    rc = lib.llama_decode(ctx, batch)
-                    if rc != 0:
-                        raise EngineError(f"llama_decode failed with code {rc} while embedding text[{index}]")
-                    ptr = lib.llama_get_embeddings_seq(ctx, 0)
-                    vec = [float(ptr[i]) for i in range(n_embd)]
-                    norm = sum(v * v for v in vec) ** 0.5 or 1.0
-                    vectors.append([v / norm for v in vec])
-            finally:
-                lib.llama_batch_free(batch)
-            return EmbeddingsResult(embeddings=vectors, prompt_token_count=total)
+                self._embed_batch = lib.llama_batch_init(self.n_batch, 0, 1)
+            return self._embed_ctx
 
     def close(self) -> None:
         lib = self.lib
@@ -372,6 +393,7 @@ class LlamaModel:
         with self.lock:
             self.slots.close()
             if self._embed_ctx:
+                lib.llama_batch_free(self._embed_batch)
                 lib.llama_free(self._embed_ctx)
                 self._embed_ctx = None
             if self.ctx:
@@ -450,8 +472,8 @@ class LlamaCppEngine:
     def infer(self, model: str, prompt: str, params: InferencingParams) -> InferenceResult:
         return collect(self.stream(model, prompt, params))
 
-    def embeddings(self, model: str, texts: list[str]) -> EmbeddingsResult:
-        return self.model(model).embed(texts)
+    def embeddings(self, model: str, texts: list[str], check: Callable[[], None] | None = None) -> EmbeddingsResult:
+        return self.model(model).embed(texts, check)
 
     def close(self) -> None:
         with self._load_lock:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -341,9 +341,10 @@ class ScopedEngine:
     def infer(self, model: str, prompt: str, params: InferencingParams) -> InferenceResult:
         return collect(self.stream(model, prompt, params))
 
-    def embeddings(self, model: str, texts: list[str]) -> EmbeddingsResult:
-        self._scope(model)
-        return self._inner.embeddings(model, texts)
+    def embeddings(self, model: str, texts: list[str], check: Callable[[], None] | None = None) -> EmbeddingsResult:
+        scope = self._scope(model)
+        # Between chunks the call stops when the request is cancelled (disconnect, deadline, shutdown).
+        return self._inner.embeddings(model, texts, scope.check if scope is not None else check)
 
     def open_sequence(self, model: str) -> TokenSequence:
         scope = self._scope(model)

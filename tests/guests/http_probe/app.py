@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from componentize_py_types import Err
 from wit_world import exports
-from wit_world.imports import http, llm
+from wit_world.imports import http, llm, sequences
 
 ERROR_KINDS = {
     llm.Error_ModelNotSupported: "model-not-supported",
@@ -100,6 +100,29 @@ def op_stream(q, writer):
     return http.Response(status=200, headers=[], body=b"")
 
 
+def op_hold(q, writer):
+    """Return while holding an unread stream and an open sequence (kept in a global): the request's scope must
+    free both when the request ends."""
+    stream = llm.infer_stream(q.get("model", "gemma-3-270m"), "Count: 1, 2, 3,", greedy(64))
+    stream.next()
+    seq = sequences.Sequence.open(q.get("model", "gemma-3-270m"))
+    seq.append("Hello there")
+    HELD.extend([stream, seq])
+    return reply({"ok": len(HELD)})
+
+
+HELD = []
+
+
+def op_embed(q, writer):
+    texts = [f"text number {i} about something" for i in range(int(q.get("n", "10")))]
+    try:
+        result = llm.generate_embeddings(q.get("model", "gemma-3-270m"), texts)
+    except Err as error:
+        return reply({"err": error_json(error)}, 500)
+    return reply({"ok": len(result.embeddings)})
+
+
 def op_drip(q, writer):
     writer.start(200, [("content-type", "text/plain")])
     for i in range(int(q.get("n", "10"))):
@@ -168,6 +191,8 @@ OPERATIONS = {
     "/infer": op_infer,
     "/stream": op_stream,
     "/drip": op_drip,
+    "/hold": op_hold,
+    "/embed": op_embed,
     "/spin": op_spin,
     "/loop": op_loop,
     "/trap": op_trap,

@@ -1,0 +1,92 @@
+"""Run scopes under `llmhost serve`: what a request opens is freed when it ends, and a long embeddings call
+neither stalls other requests nor outlives its deadline. A real server with the real model, on loopback."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from serve_driver import Server, serving
+
+pytestmark = [pytest.mark.model, pytest.mark.wasm]
+
+DEADLINE_S = 8
+
+
+@pytest.fixture(scope="module")
+def server(
+    http_wasm: dict[str, Path], llmhost_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    config = tmp_path_factory.mktemp("serve-scopes") / "llmhost.toml"
+    config.write_text(
+        f"""
+[models.gemma-3-270m]
+slots = 2
+
+[limits]
+deadline-s = {DEADLINE_S}
+max-tokens = 4000
+
+[components.probe]
+source = "{http_wasm["http_probe"]}"
+
+[routes]
+"/" = "probe"
+"""
+    )
+    with serving(["-c", str(config)], llmhost_cache_dir) as running:
+        running.get_json("/infer?max_tokens=1")  # load the model
+        yield running
+        assert running.stop() == 0
+
+
+def test_requests_that_return_holding_handles_leave_nothing_behind(server: Server) -> None:
+    # With 2 slots, two leaked streams or sequences would starve every later request for good. (One at a time:
+    # each request holds a generating stream and a sequence, which is all of the 2 slots.)
+    held = [server.request("GET", "/hold") for _ in range(100)]
+    assert all(status == 200 for status, _ in held), held[:3]
+    for _ in range(20):
+        started = time.monotonic()
+        result = server.get_json("/infer?max_tokens=4")
+        assert result["ok"]["generated"] == 4
+        assert time.monotonic() - started < 5  # never waits behind a leaked slot
+
+
+def test_embeddings_interleave_with_a_stream_and_stop_at_the_deadline(server: Server) -> None:
+    outcome: dict[str, object] = {}
+
+    def embed() -> None:
+        started = time.monotonic()
+        outcome["status"], outcome["body"] = server.request("GET", "/embed?n=1000")
+        outcome["elapsed"] = time.monotonic() - started
+
+    worker = threading.Thread(target=embed)
+    worker.start()
+    time.sleep(0.5)  # the embeddings call is under way
+    connection = server.connection()
+    connection.request("GET", "/stream?max_tokens=60&prompt=Once%20upon%20a%20time")
+    response = connection.getresponse()
+    assert response.status == 200
+    arrivals = []
+    while True:
+        line = response.readline()
+        if not line or line.startswith(b"event: done"):
+            break
+        if line.startswith(b"data: "):
+            arrivals.append(time.monotonic())
+    connection.close()
+    worker.join(timeout=60)
+    assert len(arrivals) > 10
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
+    assert max(gaps) < 2.0, max(gaps)
+    # The embeddings call was stopped at its deadline instead of holding the model for minutes.
+    assert outcome["status"] in (500, 504), outcome
+    assert float(outcome["elapsed"]) < DEADLINE_S + 5, outcome  # type: ignore[arg-type]
+    # And the server still answers.
+    assert server.get_json("/infer?max_tokens=2")["ok"]["generated"] == 2
+    json.dumps(outcome, default=str)
