@@ -129,7 +129,7 @@ def test_regex_through_infer_and_stream_and_sequence(real_probe: Probe) -> None:
     assert result["finish-reason"] == "stop"
     assert re.fullmatch(pattern, result["text"]), result
     # Streaming chunks joined equal the non-streamed text for the same seed.
-    events = run_ok(real_probe, "stream", MODEL, "My phone number is ", json.dumps(params))
+    events = run_ok(real_probe, "stream", MODEL, "My phone number is ", json.dumps(params))["events"]
     chunks = [e["chunk"]["text"] for e in events if e and "chunk" in e]
     assert "".join(chunks) == result["text"]
     # In a sequence the constraint covers only the new text; the sequence then holds prompt + text exactly.
@@ -215,7 +215,7 @@ def test_logprobs_top_five_at_temperature_zero(real_probe: Probe) -> None:
     text = b"".join(bytes(e["bytes"]) for e in entries).decode("utf-8", "replace")
     assert text.startswith(result["text"][:5])
     # Chunks carry the logprobs of exactly their tokens.
-    events = run_ok(real_probe, "stream", MODEL, "The capital of France is", json.dumps(params))
+    events = run_ok(real_probe, "stream", MODEL, "The capital of France is", json.dumps(params))["events"]
     streamed = []
     for event in events:
         if event and "chunk" in event:

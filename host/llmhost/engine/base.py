@@ -15,6 +15,7 @@ from ..types import (
     StreamChunk,
     StreamDone,
     StreamEvent,
+    TokenLogprob,
 )
 
 
@@ -98,14 +99,18 @@ def collect(generation: Generation, on_chunk: Callable[[StreamChunk], None] | No
 
     `on_chunk`: the per-token hook, called with every chunk as it is generated (the CLI prints with it)."""
     parts: list[str] = []
+    logprobs: list[TokenLogprob] = []
     try:
         for event in generation:
             if isinstance(event, StreamChunk):
                 parts.append(event.text)
+                logprobs.extend(event.logprobs)
                 if on_chunk is not None:
                     on_chunk(event)
             elif isinstance(event, StreamDone):
-                return InferenceResult(finish_reason=event.finish_reason, text="".join(parts), usage=event.usage)
+                return InferenceResult(
+                    finish_reason=event.finish_reason, text="".join(parts), usage=event.usage, logprobs=tuple(logprobs)
+                )
     finally:
         generation.close()
     raise EngineError("generation ended without a done event")

@@ -238,22 +238,22 @@ def op_seq(model, script):
 
 
 def op_infer_seeds(model, prompt, params, count):
-    """Start one stream per seed 0..COUNT-1 at once (the host batches them), read them round-robin, and return
-    each one's joined text and finish reason."""
+    """Start one stream per seed 0..COUNT-1 at once (the host batches them), read them in order, and return
+    each one's joined text and finish reason. (In order, not round-robin: a stream still waiting for a slot would
+    block a round-robin reader while the admitted ones wait, unread, for it.)"""
     base = json.loads(params)
     streams = [
         llm.infer_stream(model, prompt, parse_params(json.dumps({**base, "seed": s}))) for s in range(int(count))
     ]
     texts = [[] for _ in streams]
     reasons = [None] * len(streams)
-    while any(r is None for r in reasons):
-        for i, stream in enumerate(streams):
-            if reasons[i] is None:
-                event = stream.next()
-                if isinstance(event, llm.StreamEvent_Chunk):
-                    texts[i].append(event.value.text)
-                elif isinstance(event, llm.StreamEvent_Done):
-                    reasons[i] = event.value.finish_reason.name.lower().replace("_", "-")
+    for i, stream in enumerate(streams):
+        while reasons[i] is None:
+            event = stream.next()
+            if isinstance(event, llm.StreamEvent_Chunk):
+                texts[i].append(event.value.text)
+            elif isinstance(event, llm.StreamEvent_Done):
+                reasons[i] = event.value.finish_reason.name.lower().replace("_", "-")
     for stream in streams:
         stream.__exit__(None, None, None)
     return [{"text": "".join(t), "finish-reason": r} for t, r in zip(texts, reasons, strict=True)]
