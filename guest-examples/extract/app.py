@@ -55,6 +55,7 @@ class WitWorld(WitWorld):
         except Err as error:
             print(f"extract: {type(error.value).__name__}: {getattr(error.value, 'value', '')}", file=sys.stderr)
             return 1
-        print(json.dumps(json.loads(result.text), indent=2) if result.finish_reason == llm.FinishReason.STOP else result.text)
+        complete = result.finish_reason == llm.FinishReason.STOP  # else a valid prefix: printed as it is
+        print(json.dumps(json.loads(result.text), indent=2) if complete else result.text)
         print(f"finish-reason: {result.finish_reason.name.lower()}", file=sys.stderr)
         return 0

@@ -97,3 +97,21 @@ def test_stream_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: Host)
         f"usage: prompt={want.usage.prompt_token_count} generated={want.usage.generated_token_count} "
         f"chunks={len(chunks)}"
     )
+
+
+def test_extract_readme(tmp_path: Path, llmhost_cache_dir: Path) -> None:
+    import ast
+    import json
+
+    import jsonschema
+
+    commands, expected = readme_blocks("extract")
+    build, run = run_readme_commands(commands, tmp_path, llmhost_cache_dir)
+    assert build.returncode == 0, build.stderr
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == expected
+    assert "finish-reason: stop" in run.stderr
+    # The printed object validates against the schema the guest sent (read from its source, not restated here).
+    source = (REPO / "guest-examples" / "extract" / "app.py").read_text()
+    literal = source.split("SCHEMA = ", 1)[1].split("\nDEFAULT_TEXT", 1)[0]
+    jsonschema.validate(json.loads(run.stdout), ast.literal_eval(literal))
