@@ -19,6 +19,10 @@ from llmhost import App, FakeEngineConfig, Host, HostConfig, build_component
 from probe_driver import ProbeOutcome, run_probe
 
 REPO = Path(__file__).resolve().parents[1]
+# Tests compile every guest with Cranelift up front (as before fast-first existed), so timing-sensitive tests never
+# run Winch code or compete with background compiles; tests/integration/test_devloop.py tests fast-first itself.
+# Set in the environment so that `llmhost` processes the tests start inherit it.
+os.environ.setdefault("LLMHOST_COMPILE_STRATEGY", "optimized")
 GUEST_SOURCES = {
     "probe": REPO / "tests" / "guests" / "probe",
     "hello": REPO / "guest-examples" / "hello",

@@ -106,7 +106,7 @@ class Host:
         self._lock = threading.Lock()
         self._wasm_engine: WasmEngine | None = None
         self._components: ComponentCache | None = None
-        self._ticker: EpochTicker | None = None
+        self._tickers: dict[int, EpochTicker] = {}
         self._closed = False
         self._llm = LlmService(self._get_engine)
         sandbox = self.config.sandbox
@@ -132,12 +132,17 @@ class Host:
             self._check_open()
             if self._wasm_engine is None or self._components is None:
                 self._wasm_engine = create_wasmtime_engine()
+                fast = create_wasmtime_engine("winch") if self.config.compile_strategy == "fast-first" else None
                 self._components = ComponentCache(
-                    self._wasm_engine, self.config.cache_dir / "components", note=self._note
+                    self._wasm_engine, self.config.cache_dir / "components", note=self._note, fast=fast
                 )
-                if self.config.sandbox.timeout_s is not None:
-                    self._ticker = EpochTicker(self._wasm_engine)
             return self._wasm_engine, self._components
+
+    def _start_ticker(self, engine: WasmEngine) -> None:
+        """Epochs advance on every engine whose stores have deadlines (the Cranelift and the Winch one)."""
+        with self._lock:
+            if id(engine) not in self._tickers:
+                self._tickers[id(engine)] = EpochTicker(engine)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -156,9 +161,11 @@ class Host:
             raise HostError("; ".join(problems))
         wasm_engine, loaded = self._load_component(path)
         _check_component(path, loaded.component, wasm_engine)
+        if self.config.sandbox.timeout_s is not None:
+            self._start_ticker(wasm_engine)
         allowed = frozenset(allowed_models) if allowed_models is not None else None
         linker = build_linker(wasm_engine, loaded.component, self._llm.restricted_to(allowed), self.limits)
-        return App(self, path, loaded, linker)
+        return App(self, path, loaded, linker, wasm_engine)
 
     def link(
         self,
@@ -173,9 +180,7 @@ class Host:
         that makes store deadlines expire. `llmhost serve` uses it for the `http-app` world."""
         path = Path(path)
         wasm_engine, loaded = self._load_component(path)
-        with self._lock:
-            if self._ticker is None:
-                self._ticker = EpochTicker(wasm_engine)
+        self._start_ticker(wasm_engine)
         llm = self._llm.restricted_to(frozenset(allowed_models) if allowed_models is not None else None)
         linker = build_linker(wasm_engine, loaded.component, llm, self.limits, extra=extra)
         return LinkedComponent(wasm_engine, loaded.component, linker, loaded.compiled)
@@ -185,7 +190,8 @@ class Host:
             raise LoadError(f"{path}: no such file (build one with `llmhost build DIR -o {path.name}`)")
         wasm_engine, components = self._wasm()
         try:
-            return wasm_engine, components.load(path)
+            loaded = components.load(path)
+            return loaded.engine or wasm_engine, loaded
         except WasmtimeError as error:
             raise LoadError(f"{path}: not a valid WebAssembly component: {_cause(str(error))}") from None
 
@@ -239,9 +245,9 @@ class Host:
             if self._closed:
                 return
             self._closed = True
-            ticker, engine = self._ticker, self._engine if self._owns_engine else None
-            self._ticker = None
-        if ticker is not None:
+            tickers, engine = list(self._tickers.values()), self._engine if self._owns_engine else None
+            self._tickers = {}
+        for ticker in tickers:
             ticker.stop()
         if engine is not None:
             engine.close()
@@ -258,8 +264,10 @@ class Host:
 class App:
     """One loaded component. Every `run` gets a fresh store and instance: runs share no guest state."""
 
-    def __init__(self, host: Host, path: Path, loaded: LoadedComponent, linker: Linker) -> None:
+    def __init__(self, host: Host, path: Path, loaded: LoadedComponent, linker: Linker, engine: WasmEngine) -> None:
         self.host = host
+        self.strategy = loaded.strategy  # "winch" on a fast first run, else "cranelift"
+        self._engine = engine
         self.path = path
         self.name = path.name
         self.compiled = loaded.compiled  # whether loading it compiled (False: served from the cache)
@@ -277,8 +285,7 @@ class App:
     ) -> tuple[Store, Instance]:
         """A fresh sandboxed store and instance of this component (what every `run` starts with). What the
         guest opens belongs to `scope` (a new one if not given): close it to free it all."""
-        wasm_engine, _ = self.host._wasm()
-        store = new_store(wasm_engine, self.host.config.sandbox, [self.name, *args], stdout, stderr, scope)
+        store = new_store(self._engine, self.host.config.sandbox, [self.name, *args], stdout, stderr, scope)
         try:
             return store, self._linker.instantiate(store, self._component)
         except WasmtimeError as error:

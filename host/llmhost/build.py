@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -26,6 +27,50 @@ IGNORED_SUFFIXES = {".pyc", ".pyo", ".wasm"}
 
 class BuildError(Exception):
     """The guest could not be built; the message names the fix."""
+
+
+# Every guest `llmhost build` produces starts with this prelude. componentize-py's `sys.stdout`/`sys.stderr` write
+# straight to WASI, which takes at most 64 KiB per write and drops the rest without an error: the prelude puts a
+# writer in front that retries until every byte is written (unbuffered, so nothing waits for a flush).
+PRELUDE_MODULE = "_llmhost_prelude"
+ENTRY_MODULE = "_llmhost_entry"
+PRELUDE = """\
+import io
+import os
+import sys
+
+
+class _WholeWrites(io.RawIOBase):
+    def __init__(self, fd):
+        self._fd = fd
+
+    def writable(self):
+        return True
+
+    def fileno(self):
+        return self._fd
+
+    def write(self, data):
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            written = os.write(self._fd, view[done:])
+            if written <= 0:
+                raise OSError("write returned 0")
+            done += written
+        return done
+
+
+def _install():
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        stream = io.TextIOWrapper(_WholeWrites(fd), encoding="utf-8", errors="backslashreplace", write_through=True)
+        setattr(sys, name, stream)
+        setattr(sys, "__" + name + "__", stream)
+
+
+_install()
+"""
+ENTRY = f"import {PRELUDE_MODULE}  # noqa: F401\nfrom {APP_MODULE} import *  # noqa: F403\n"
 
 
 def wit_dir() -> Path:
@@ -63,7 +108,8 @@ def _source_files(root: Path) -> Iterator[Path]:
 
 
 def build_key(app_dir: Path, wit: Path, world: str, tool_version: str) -> str:
-    digest = hashlib.sha256(f"world={world}|{tool_version}".encode())
+    prelude = hashlib.sha256((PRELUDE + ENTRY).encode()).hexdigest()
+    digest = hashlib.sha256(f"world={world}|{tool_version}|prelude={prelude}".encode())
     for label, root in (("app", app_dir), ("wit", wit)):
         for path in _source_files(root):
             digest.update(f"|{label}:{path.relative_to(root).as_posix()}:".encode())
@@ -74,43 +120,78 @@ def build_key(app_dir: Path, wit: Path, world: str, tool_version: str) -> str:
 def build_component(
     app_dir: str | Path,
     output: str | Path,
-    world: str = "command",
+    world: str | None = None,
     *,
     cache_dir: Path | None = None,
     note: Callable[[str], None] | None = None,
     wit: Path | None = None,
 ) -> Path:
-    """Build `app_dir/app.py` into the component `output` (copied from the cache when the sources are unchanged)."""
+    """Build `app_dir/app.py` into the component `output` (copied from the cache when the sources are unchanged).
+
+    `world`: `command` or `http-app`; None reads it from the guest (see `guest.detect_world`).
+    """
+    from .guest import check_sources, detect_world
+
     app_dir, output = Path(app_dir), Path(output)
     if not (app_dir / f"{APP_MODULE}.py").is_file():
-        raise BuildError(f"{app_dir}: no {APP_MODULE}.py (a guest directory needs app.py with `class WitWorld`)")
+        raise BuildError(
+            f"{app_dir}: no {APP_MODULE}.py (a guest directory needs app.py; start one with `llmhost new NAME`)"
+        )
+    check_sources(app_dir)
+    world = world or detect_world(app_dir)
     tool = componentize_py()
     wit = wit or wit_dir()  # another WIT directory, e.g. wit/0.1.0 to build a guest of the previous version
-    cached = (
-        (cache_dir or default_cache_dir()) / "guests" / f"{build_key(app_dir, wit, world, _tool_version(tool))}.wasm"
-    )
+    cached = cached_build(app_dir, wit, world, tool, cache_dir)
     if not cached.is_file():
+        started = time.monotonic()
         if note is not None:
-            note(f"building {app_dir} with componentize-py (~20 s; cached afterwards)")
+            note(f"building {app_dir} ({world}) with componentize-py …")
         _componentize(tool, app_dir, wit, world, cached)
+        if note is not None:
+            note(f"built {app_dir} in {time.monotonic() - started:.1f} s")
     output.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(cached, output)
     return output
 
 
+def cached_build(app_dir: Path, wit: Path, world: str, tool: str | None = None, cache_dir: Path | None = None) -> Path:
+    """Where the build of these sources is (or would be) cached."""
+    tool = tool or componentize_py()
+    key = build_key(app_dir, wit, world, _tool_version(tool))
+    return (cache_dir or default_cache_dir()) / "guests" / f"{key}.wasm"
+
+
+def bindings(app_dir: Path, output: Path, world: str | None = None, wit: Path | None = None) -> Path:
+    """Write the generated `wit_world` Python package for `app_dir`'s world into `output` (for editors)."""
+    from .guest import detect_world
+
+    world = world or detect_world(app_dir)
+    command = [componentize_py(), "-d", str(wit or wit_dir()), "-w", world, "bindings", str(output)]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise BuildError(f"componentize-py could not write the bindings: {(result.stderr or result.stdout).strip()}")
+    return output
+
+
 def _componentize(tool: str, app_dir: Path, wit: Path, world: str, destination: Path) -> None:
+    from .guest import explain_build_failure
+
     destination.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=destination.parent, suffix=".wasm.tmp")
     os.close(fd)
-    command = [tool, "-d", str(wit), "-w", world, "componentize", APP_MODULE, "-p", str(app_dir), "-o", tmp]
-    # componentize-py adds $VIRTUAL_ENV's site-packages to the guest's module path; the host's virtualenv is
-    # not the guest's (and the cache key cannot see it), so the guest gets only its own directory.
-    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-        if result.returncode != 0:
-            output = (result.stderr or result.stdout).strip()
-            raise BuildError(f"componentize-py failed for {app_dir}:\n{output}")
-        os.replace(tmp, destination)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="llmhost-entry-") as entry_dir:
+        # The entry module runs the prelude, then re-exports app.py's world classes (see PRELUDE).
+        Path(entry_dir, f"{ENTRY_MODULE}.py").write_text(ENTRY)
+        Path(entry_dir, f"{PRELUDE_MODULE}.py").write_text(PRELUDE)
+        command = [tool, "-d", str(wit), "-w", world, "componentize", ENTRY_MODULE, "-p", entry_dir, "-p", str(app_dir)]
+        command += ["-o", tmp]
+        # componentize-py adds $VIRTUAL_ENV's site-packages to the guest's module path; the host's virtualenv is
+        # not the guest's (and the cache key cannot see it), so the guest gets only its own directory.
+        env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+            if result.returncode != 0:
+                raise BuildError(explain_build_failure(app_dir, world, (result.stderr or result.stdout).strip()))
+            os.replace(tmp, destination)
+        finally:
+            Path(tmp).unlink(missing_ok=True)

@@ -147,15 +147,15 @@ def run(settings: Settings, app: Path, args: tuple[str, ...]) -> None:
 )
 @click.option(
     "--world",
-    default="command",
-    show_default=True,
+    type=click.Choice(["command", "http-app"]),
     envvar="LLMHOST_BUILD_WORLD",
     show_envvar=True,
-    help="The WIT world the guest targets: `command` (llmhost run) or `http-app` (llmhost serve).",
+    help="The WIT world the guest targets: `command` (llmhost run) or `http-app` (llmhost serve) [default: "
+    "DIR/pyproject.toml's [tool.llmhost] world, else what app.py defines].",
 )
 @click.pass_obj
 @reports_errors
-def build(settings: Settings, app_dir: Path, output: Path, world: str) -> None:
+def build(settings: Settings, app_dir: Path, output: Path, world: str | None) -> None:
     """Build the Python guest in DIR (DIR/app.py) into a component with componentize-py."""
     from .build import build_component
 

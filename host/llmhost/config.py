@@ -77,11 +77,22 @@ def _default_models() -> dict[str, ModelConfig]:
     return {policy.DEFAULT_MODEL: ModelConfig()}
 
 
+CompileStrategy = Literal["fast-first", "optimized"]
+
+
+def _default_compile_strategy() -> CompileStrategy:
+    return "optimized" if os.environ.get("LLMHOST_COMPILE_STRATEGY") == "optimized" else "fast-first"
+
+
 class HostConfig(_Section):
     engine: EngineConfig = Field(default_factory=LlamaCppEngineConfig)
     models: dict[str, ModelConfig] = Field(default_factory=_default_models)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     cache_dir: Path = Field(default_factory=lambda: default_cache_dir())
+    # "fast-first": a component without optimized code cached is compiled with Winch (seconds) and runs at once,
+    # Cranelift compiles it in the background for the next run; "optimized": always wait for Cranelift.
+    # Default: $LLMHOST_COMPILE_STRATEGY, else "fast-first".
+    compile_strategy: CompileStrategy = Field(default_factory=_default_compile_strategy)
 
 
 def default_cache_dir() -> Path:
