@@ -8,8 +8,13 @@ install included) the host reads `<repo>/wit` directly.
 from setuptools import find_packages, setup
 
 setup(
-    packages=[*find_packages("host", include=["llmhost", "llmhost.*"]), "llmhost.wit"],
-    package_dir={"": "host", "llmhost.wit": "wit"},
-    package_data={"llmhost": ["py.typed"], "llmhost.wit": ["*.wit", "0.1.0/*.wit"]},
+    packages=[*find_packages("host", include=["llmhost", "llmhost.*"]), "llmhost.wit", "llmhost.examples"],
+    package_dir={"": "host", "llmhost.wit": "wit", "llmhost.examples": "guest-examples"},
+    package_data={
+        "llmhost": ["py.typed"],
+        "llmhost.wit": ["*.wit", "0.1.0/*.wit"],
+        # The guest examples are also `llmhost new`'s templates (llmhost/templates).
+        "llmhost.examples": ["*/app.py", "*/README.md", "*/pyproject.toml"],
+    },
     include_package_data=False,
 )

@@ -124,7 +124,7 @@ class Host:
             if self._engine is None:
                 from .engine.registry import create_engine
 
-                self._engine = create_engine(self.config)
+                self._engine = create_engine(self.config, note=self._note)
             return self._engine
 
     def _wasm(self) -> tuple[WasmEngine, ComponentCache]:

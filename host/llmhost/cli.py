@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,7 +87,7 @@ class Settings:
     def host(self) -> Host:
         from .api import Host
 
-        return Host(self.config())
+        return Host(self.config(), note=_note)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -114,12 +115,13 @@ def cli(ctx: click.Context, config_path: Path | None, cache_dir: Path | None) ->
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.argument("app", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("app", type=click.Path(exists=True, path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_obj
 @reports_errors
 def run(settings: Settings, app: Path, args: tuple[str, ...]) -> None:
-    """Run APP.wasm's `run` export with ARGS and exit with its status.
+    """Run APP.wasm's `run` export with ARGS and exit with its status. APP may be a guest directory: it is built
+    first when its sources changed (the build is cached by content).
 
     Put `--` before ARGS that start with a dash: llmhost run app.wasm -- --verbose
     """
@@ -129,9 +131,26 @@ def run(settings: Settings, app: Path, args: tuple[str, ...]) -> None:
     guest_args = list(args)
     if guest_args[:1] == ["--"]:  # click keeps the separator once positional parsing has begun
         guest_args = guest_args[1:]
+    if app.is_dir():
+        app = _build_for_run(settings, app, "command")
     with settings.host() as host:
         exit_code = host.load(app).run(guest_args)
     sys.exit(exit_code)
+
+
+def _build_for_run(settings: Settings, app_dir: Path, world: str) -> Path:
+    """`llmhost run DIR` / `serve DIR`: build when the sources changed, into the cache, and return the component."""
+    from .build import build_component
+    from .guest import detect_world
+
+    found = detect_world(app_dir)
+    if found != world:
+        raise click.UsageError(
+            f"{app_dir} is a guest of the `{found}` world; use `llmhost {'serve' if found == 'http-app' else 'run'}`"
+        )
+    config = settings.config()
+    output = config.cache_dir / "dev" / f"{app_dir.resolve().name}.wasm"
+    return build_component(app_dir, output, world, cache_dir=config.cache_dir, note=_note)
 
 
 @cli.command()
@@ -165,8 +184,47 @@ def build(settings: Settings, app_dir: Path, output: Path, world: str | None) ->
 
 
 @cli.command()
+@click.argument("app_dir", metavar="DIR", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where to write the `wit_world` package [default: DIR/.bindings].",
+)
+@click.option("--world", type=click.Choice(["command", "http-app"]), help="[default: the guest's own]")
+@reports_errors
+def bindings(app_dir: Path, output: Path | None, world: str | None) -> None:
+    """Write the generated `wit_world` Python bindings of DIR's world, for editors and type checkers
+    (point your editor's extra paths at the output directory)."""
+    from .build import bindings as write_bindings
+
+    click.echo(str(write_bindings(app_dir, output or app_dir / ".bindings", world)))
+
+
+@cli.command()
+@click.argument("name")
+@click.option(
+    "--template",
+    "-t",
+    type=click.Choice(["command", "http-app", "openai-compat", "chat"]),
+    default="command",
+    show_default=True,
+    help="command: a program for `llmhost run`; http-app: an HTTP handler for `llmhost serve`; openai-compat: an "
+    "OpenAI-compatible API; chat: a streaming chat page.",
+)
+@reports_errors
+def new(name: str, template: str) -> None:
+    """Create guest directory NAME from a template: app.py, pyproject.toml (its world) and a README with the
+    commands to build and run it."""
+    from .templates import create
+
+    created = create(Path(name), template)
+    click.echo(str(created))
+
+
+@cli.command()
 @click.argument(
-    "app", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path), envvar="LLMHOST_SERVE_APP"
+    "app", required=False, type=click.Path(exists=True, path_type=Path), envvar="LLMHOST_SERVE_APP"
 )
 @click.option(
     "--config",
@@ -195,7 +253,8 @@ def build(settings: Settings, app_dir: Path, output: Path, world: str | None) ->
 @click.pass_obj
 @reports_errors
 def serve(settings: Settings, app: Path | None, config_path: Path | None, listen: str | None, log_level: str) -> None:
-    """Serve APP.wasm (an `http-app` component) on every path, or the app a config describes.
+    """Serve APP.wasm (an `http-app` component) on every path, or the app a config describes. APP may be a guest
+    directory: it is built first when its sources changed.
 
     Every request gets a fresh sandboxed instance; SIGINT/SIGTERM stop accepting, let in-flight requests finish
     (bounded by `shutdown-grace-s`) and exit 0.
@@ -204,6 +263,8 @@ def serve(settings: Settings, app: Path | None, config_path: Path | None, listen
 
     if app is None and config_path is None and settings.config_path is None:
         raise click.UsageError("give APP.wasm, or an app config with -c/--config")
+    if app is not None and app.is_dir():
+        app = _build_for_run(settings, app, "http-app")
     serve_settings = settings_for(config_path or settings.config_path, app, listen, settings.cache_dir)
     sys.exit(run(serve_settings, log_level))
 
@@ -316,8 +377,14 @@ def _print_now(text: str) -> None:
     sys.stdout.flush()
 
 
+_STARTED = time.monotonic()
+
+
 def _note(message: str) -> None:
-    click.echo(message, err=True)
+    """Progress (build, compile, model load) on stderr, with the time since the command started; quiet when
+    stderr is not a terminal (scripts and logs get only results and errors)."""
+    if sys.stderr.isatty():
+        click.echo(f"[{time.monotonic() - _STARTED:5.1f}s] {message}", err=True)
 
 
 def main() -> None:

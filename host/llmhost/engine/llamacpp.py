@@ -404,7 +404,10 @@ class LlamaModel:
 
 
 class LlamaCppEngine:
-    def __init__(self, models: Mapping[str, ModelConfig], cache_dir: Path) -> None:
+    def __init__(
+        self, models: Mapping[str, ModelConfig], cache_dir: Path, note: Callable[[str], None] | None = None
+    ) -> None:
+        self._note = note
         self._configs = dict(models)
         self._cache_dir = cache_dir
         self._loaded: dict[str, LlamaModel] = {}
@@ -425,7 +428,10 @@ class LlamaCppEngine:
             loaded = self._loaded.get(name)
             if loaded is None:
                 path = resolve_model_path(name, config, self._cache_dir)
+                started = time.monotonic()
                 loaded = self._loaded[name] = LlamaModel(name, config, path)
+                if self._note is not None:
+                    self._note(f"loaded model {name} in {time.monotonic() - started:.1f} s")
             return loaded
 
     def list_models(self) -> list[ModelInfo]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..config import FakeEngineConfig, HostConfig
 from .base import Engine
 
 
-def create_engine(config: HostConfig) -> Engine:
+def create_engine(config: HostConfig, note: Callable[[str], None] | None = None) -> Engine:
+    """`note` gets progress messages (loading a model takes a second or more)."""
     if isinstance(config.engine, FakeEngineConfig):
         from .fake import FakeEngine
 
@@ -18,4 +21,4 @@ def create_engine(config: HostConfig) -> Engine:
     # Imported here so that `llmhost --help` and unit tests never load llama.cpp.
     from .llamacpp import LlamaCppEngine
 
-    return LlamaCppEngine(config.models, cache_dir=config.cache_dir)
+    return LlamaCppEngine(config.models, cache_dir=config.cache_dir, note=note)

@@ -1,0 +1,186 @@
+"""The guest developer's loop: `llmhost new`, world detection, one-paragraph build errors, `llmhost run DIR`
+(rebuilds exactly when the sources change), fast first compiles, and `llmhost bindings`. Real commands, real model."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from llmhost import Host, HostConfig
+from llmhost.guest import declared_world, defined_world, detect_world
+from serve_driver import serving
+
+pytestmark = [pytest.mark.model, pytest.mark.wasm]
+REPO = Path(__file__).resolve().parents[2]
+LLMHOST = str(Path(sys.executable).with_name("llmhost"))
+EXAMPLES = sorted(p for p in (REPO / "guest-examples").iterdir() if (p / "app.py").is_file())
+
+
+def llmhost(
+    *args: str, cache_dir: Path, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if k != "LLMHOST_CONFIG"}
+    full_env.update({"LLMHOST_CACHE_DIR": str(cache_dir), **(env or {})})
+    return subprocess.run([LLMHOST, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_the_world_of_every_example_is_detected(example: Path) -> None:
+    # Declared in its pyproject.toml, and the same as what app.py defines (so either way finds it).
+    assert declared_world(example) == defined_world(example) == detect_world(example)
+
+
+def test_test_guests_without_pyproject_are_detected_from_app_py() -> None:
+    assert detect_world(REPO / "tests" / "guests" / "probe") == "command"
+    assert detect_world(REPO / "tests" / "guests" / "http_probe") == "http-app"
+
+
+BROKEN = {
+    "syntax": (
+        "from wit_world import WitWorld\nclass WitWorld(WitWorld):\n    def run(self, args)\n        return 0\n",
+        r"app\.py:3:\d+: syntax error: expected ':'",
+    ),
+    "import": (
+        "import nothere\nfrom wit_world import WitWorld\nclass WitWorld(WitWorld):\n    def run(self, a):\n"
+        "        return 0\n",
+        r"app\.py at app\.py:1: ModuleNotFoundError: No module named 'nothere' \(.*own directory",
+    ),
+    "world": (
+        "from wit_world import exports\nclass WitWorld:\n    def run(self, a):\n        return 0\n",
+        r"ImportError: cannot import name 'exports'.*built for `command`.*world = \"http-app\"",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_a_broken_guest_gets_one_paragraph_naming_file_line_and_fix(
+    tmp_path: Path, llmhost_cache_dir: Path, case: str
+) -> None:
+    source, pattern = BROKEN[case]
+    guest = tmp_path / "guest"
+    guest.mkdir()
+    (guest / "app.py").write_text(source)
+    done = llmhost("build", str(guest), "-o", str(tmp_path / "g.wasm"), cache_dir=llmhost_cache_dir, cwd=tmp_path)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("llmhost: error: "), done.stderr
+    assert re.search(pattern, lines[0]), lines[0]
+    assert "Traceback" not in done.stderr and "backtrace" not in done.stderr
+
+
+def readme_commands(readme: Path) -> tuple[list[str], str]:
+    text = readme.read_text()
+    commands = re.search(r"```sh\n(.*?)```", text, re.S)
+    output = re.search(r"```sh\n.*?```.*?```\n(.*?)```", text, re.S)
+    assert commands and output
+    return [line for line in commands.group(1).splitlines() if line.strip()], output.group(1)
+
+
+def test_the_command_template_builds_and_runs_as_its_readme_says(tmp_path: Path, llmhost_cache_dir: Path) -> None:
+    assert llmhost("new", "mybot", "--template", "command", cache_dir=llmhost_cache_dir, cwd=tmp_path).returncode == 0
+    assert {p.name for p in (tmp_path / "mybot").iterdir()} == {"app.py", "README.md", "pyproject.toml"}
+    commands, expected = readme_commands(tmp_path / "mybot" / "README.md")
+    results = [llmhost(*shlex.split(c)[1:], cache_dir=llmhost_cache_dir, cwd=tmp_path) for c in commands]
+    assert all(r.returncode == 0 for r in results), [r.stderr for r in results]
+    assert results[-1].stdout == expected
+    assert results[-1].stderr == ""  # progress notes are quiet without a terminal
+
+
+@pytest.mark.parametrize(
+    ("template", "path", "body"),
+    [
+        ("http-app", "/?prompt=The%20capital%20of%20France%20is", None),
+        ("openai-compat", "/v1/models", None),
+        ("chat", "/", None),
+    ],
+)
+def test_http_templates_serve_from_their_directory(
+    tmp_path: Path, llmhost_cache_dir: Path, template: str, path: str, body: bytes | None
+) -> None:
+    assert llmhost("new", "svc", "--template", template, cache_dir=llmhost_cache_dir, cwd=tmp_path).returncode == 0
+    with serving([str(tmp_path / "svc")], llmhost_cache_dir, cwd=tmp_path) as server:
+        status, answer = server.request("GET", path)
+        assert status == 200, answer
+    if template == "http-app":
+        commands, expected = readme_commands(tmp_path / "svc" / "README.md")
+        assert answer.decode() == expected.strip()
+
+
+def test_run_dir_rebuilds_exactly_when_the_sources_change(tmp_path: Path, llmhost_cache_dir: Path) -> None:
+    assert llmhost("new", "loop", "--template", "command", cache_dir=llmhost_cache_dir, cwd=tmp_path).returncode == 0
+    app = tmp_path / "loop" / "app.py"
+    # Unique sources (the build cache is shared across test runs), generating 3 tokens.
+    app.write_text(app.read_text().replace("max_tokens=32", "max_tokens=3") + f"# {time.time_ns()}\n")
+    guests = llmhost_cache_dir / "guests"
+
+    def run() -> tuple[set[str], str]:
+        before = set(os.listdir(guests)) if guests.is_dir() else set()
+        done = llmhost("run", "loop", "--", "The capital of France is", cache_dir=llmhost_cache_dir, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        return set(os.listdir(guests)) - before, done.stdout
+
+    built, first = run()
+    assert len([n for n in built if n.endswith(".wasm")]) == 1
+    assert run() == (set(), first)  # unchanged: no build
+    app.write_text(app.read_text().replace("max_tokens=3", "max_tokens=4"))
+    built, second = run()
+    assert len([n for n in built if n.endswith(".wasm")]) == 1 and second != first
+
+
+def test_a_fast_first_compile_is_replaced_by_the_optimized_one(tmp_path: Path, llmhost_cache_dir: Path) -> None:
+    from llmhost.build import build_component
+
+    guest = tmp_path / "fresh"
+    guest.mkdir()
+    # A component nobody compiled before (a unique constant), so the first load must compile.
+    (guest / "app.py").write_text(
+        f"from wit_world import WitWorld\nUNIQUE = {time.time_ns()}\n\n\nclass WitWorld(WitWorld):\n"
+        "    def run(self, args):\n        print(UNIQUE)\n        return 0\n"
+    )
+    wasm = build_component(guest, tmp_path / "fresh.wasm", cache_dir=llmhost_cache_dir)
+    config = HostConfig(cache_dir=llmhost_cache_dir, compile_strategy="fast-first")
+    with Host(config, note=lambda _: None) as host:
+        app = host.load(wasm)
+        assert app.strategy == "winch" and app.cache_file.name.endswith(".winch.cwasm")
+        assert app.run_captured([]).exit_code == 0
+    optimized = app.cache_file.with_name(app.cache_file.name.replace(".winch.cwasm", ".cwasm"))
+    deadline = time.monotonic() + 240
+    while not optimized.is_file() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert optimized.is_file(), "the background Cranelift compile never finished"
+    with Host(config, note=lambda _: None) as host:
+        again = host.load(wasm)
+        assert again.strategy == "cranelift" and again.cache_file == optimized and not again.compiled
+
+
+def test_bindings_are_written_for_editors(tmp_path: Path, llmhost_cache_dir: Path) -> None:
+    done = llmhost(
+        "bindings",
+        str(REPO / "guest-examples" / "http-hello"),
+        "-o",
+        str(tmp_path / "b"),
+        cache_dir=llmhost_cache_dir,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    package = tmp_path / "b" / "wit_world"
+    assert "class Handler" in (package / "exports" / "__init__.py").read_text()
+    assert "def infer(" in (package / "imports" / "llm.py").read_text()
+
+
+def test_http_hello_readme(tmp_path: Path, llmhost_cache_dir: Path) -> None:
+    commands, expected = readme_commands(REPO / "guest-examples" / "http-hello" / "README.md")
+    serve_args = shlex.split(commands[0].rstrip("&"))[2:]
+    serve_args = [a for i, a in enumerate(serve_args) if a != "--listen" and serve_args[i - 1] != "--listen"]
+    with serving([str(REPO / serve_args[0])], llmhost_cache_dir, cwd=REPO) as server:
+        url = shlex.split(commands[1])[-1].replace("http://127.0.0.1:8080", server.url)
+        with urllib.request.urlopen(url, timeout=60) as response:  # noqa: S310 (loopback)
+            assert response.read().decode() == expected.strip()
