@@ -25,7 +25,7 @@ DEADLINE_S = 3.0
 MEMORY_MB = 64
 BODY_LIMIT = 1024
 OPEN_TOKEN_LIMIT = 3
-REQUEST_LINE = r"INFO llmhost\.serve: {method} {path} (\d+) ([\d.]+)s tokens=(\d+)(.*)$"
+REQUEST_LINE = r"INFO llmhost\.serve: \[\w+\] {method} {path} (\d+) ([\d.]+)s tokens=(\d+)(.*)$"
 
 
 def write_config(directory: Path, probe: Path, extra: str = "") -> Path:

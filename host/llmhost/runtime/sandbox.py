@@ -44,6 +44,19 @@ class CapturedOutput:
         fd, self.path = tempfile.mkstemp(prefix="llmhost-output-")
         os.close(fd)
 
+    def read_capped(self, limit: int, tail: int = 4096) -> tuple[bytes, bytes, int]:
+        """(the first `limit` bytes, the last `tail` bytes, the total size) of what the guest wrote, read once
+        (the file is removed): memory stays bounded whatever the guest wrote."""
+        try:
+            with open(self.path, "rb") as f:
+                head = f.read(limit)
+                size = os.fstat(f.fileno()).st_size
+                f.seek(max(len(head), size - tail))
+                end = f.read(tail)
+        finally:
+            os.unlink(self.path)
+        return head, end, size
+
     def deliver(self) -> None:
         """Pass everything the guest wrote to the sink, once, and remove the file."""
         try:

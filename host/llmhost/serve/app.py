@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import itertools
 import logging
 import re
 import time
@@ -25,6 +27,7 @@ from .component import GuestFailure, HttpComponent, HttpRequest, HttpResponse
 from .scope import RequestScope
 
 _log = logging.getLogger("llmhost.serve")
+_REQUEST_IDS = itertools.count(1)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -35,6 +38,9 @@ Send = Callable[[Message], Awaitable[None]]
 FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding", "connection"})
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _CLIENT_GONE = "the client disconnected"
+_SHUTDOWN = "the server is shutting down"
+# Statuses whose responses have no body (RFC 9110 §6.4.1): no content-length, no bytes.
+_NO_BODY = frozenset({204, 304})
 # Logged as the status of a request whose client left before any response was sent (nginx's convention).
 CLIENT_CLOSED_STATUS = 499
 
@@ -67,14 +73,27 @@ class ServeApp:
     """Routes by longest matching path prefix to components; one `Exchange` per request."""
 
     def __init__(
-        self, components: dict[str, HttpComponent], routes: dict[str, str], executor: concurrent.futures.Executor
+        self,
+        components: dict[str, HttpComponent],
+        routes: dict[str, str],
+        executor: concurrent.futures.Executor,
+        body_timeout_s: float = policy.DEFAULT_BODY_TIMEOUT_S,
+        max_log_bytes: int = policy.DEFAULT_MAX_LOG_BYTES,
     ) -> None:
         self._components = components
         self._routes = sorted(routes.items(), key=lambda item: len(item[0]), reverse=True)
         self._executor = executor
+        self.body_timeout_s = body_timeout_s
+        self.max_log_bytes = max_log_bytes
         self._live: set[RequestScope] = set()
 
+    def running(self) -> int:
+        """Guests running now."""
+        return len(self._live)
+
     def route(self, path: str) -> HttpComponent | None:
+        """The component for `path`: the raw path, percent-encoding kept, exactly as the guest sees it (so
+        `/%61dmin` is not routed to `/admin`, and the route and the guest never disagree)."""
         for prefix, name in self._routes:
             base = prefix.rstrip("/")
             if path in (prefix, base) or path.startswith(base + "/"):
@@ -103,7 +122,7 @@ class ServeApp:
         self._live.add(scope)
         try:
             with scope.active():
-                return component.handle(request, writer, remaining)
+                return component.handle(request, writer, remaining, writer.request_id, self.max_log_bytes)
         except GuestFailure as failure:
             return failure
         except HostError as error:
@@ -124,11 +143,16 @@ class Exchange:
         self._send = send
         self._loop = asyncio.get_running_loop()
         self._arrived = time.monotonic()
+        self.request_id = f"{next(_REQUEST_IDS):x}"  # in the request's log line and its guest's log lines
         self.method: str = scope["method"]
-        self.path: str = scope["path"]
-        raw_path = scope.get("raw_path") or self.path.encode()
+        raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        # An absolute-form target (`GET http://host/path HTTP/1.1`, RFC 9112 §3.2.2) means its path.
+        absolute = re.match(r"^https?://[^/]*", raw_path, re.I)
+        if absolute:
+            raw_path = raw_path[absolute.end() :] or "/"
+        self.path = raw_path
         query = scope.get("query_string", b"")
-        self.path_with_query = raw_path.decode("latin-1") + (f"?{query.decode('latin-1')}" if query else "")
+        self.path_with_query = raw_path + (f"?{query.decode('latin-1')}" if query else "")
         self.headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]]
         self.status = 0  # what was sent (0: nothing yet)
         self.closed: str | None = None  # why the guest's writes are refused from now on
@@ -144,15 +168,34 @@ class Exchange:
             tokens = self._scope.tokens if self._scope is not None else 0
             status = self.status or CLIENT_CLOSED_STATUS
             note = f" ({self.note})" if self.note else ""
-            _log.info("%s %s %d %.3fs tokens=%d%s", self.method, self.path_with_query, status, duration, tokens, note)
+            _log.info(
+                "[%s] %s %s %d %.3fs tokens=%d%s",
+                self.request_id,
+                self.method,
+                self.path_with_query,
+                status,
+                duration,
+                tokens,
+                note,
+            )
 
     async def _serve(self) -> None:
+        names = [name for name, _ in self.headers]
+        if "transfer-encoding" in names and "content-length" in names:
+            # Request smuggling surface (RFC 9112 §6.3): framed two ways, the request is refused and the connection
+            # closed, so nothing sent after it on this connection is ever read as another request.
+            await self.respond(400, "a request with both Content-Length and Transfer-Encoding is refused", close=True)
+            return
         component = self._app.route(self.path)
         if component is None:
             await self.respond(404, f"no route for {self.path}")
             return
         limits = component.settings.limits
-        body = await self._read_body(limits.max_body_bytes)
+        try:
+            body = await asyncio.wait_for(self._read_body(limits.max_body_bytes), self._app.body_timeout_s)
+        except TimeoutError:
+            await self.respond(408, f"the request body did not arrive within {self._app.body_timeout_s} s", close=True)
+            return
         if body is None:
             if self.closed is None:
                 key = component.settings.limit_key("max_body_bytes")
@@ -170,8 +213,15 @@ class Exchange:
             outcome = await self._outcome(work, scope, deadline, component)
             await self._finish(outcome)
         except asyncio.CancelledError:  # the server stopped waiting for us (shutdown past its grace)
-            self._close("the server is shutting down", scope)
+            self._close(_SHUTDOWN, scope)
             self.note = "cancelled at shutdown"
+            # End the response cleanly ourselves (a started stream gets its last chunk; otherwise 503), so that
+            # what the log says is what the client got.
+            with contextlib.suppress(Exception):
+                if self.status == 0:
+                    await self.respond(503, _SHUTDOWN, close=True)
+                else:
+                    await self._send_now({"type": "http.response.body", "body": b"", "more_body": False})
             raise
         finally:
             watcher.cancel()
@@ -201,7 +251,10 @@ class Exchange:
             self.note = outcome.reason
             if self.status == 0:
                 await self.respond(outcome.status, outcome.reason)
-            # Streaming had begun: end the connection without the final chunk, so the client sees a cut body.
+            elif self.closed == _SHUTDOWN:  # cancelled at shutdown: the body ends cleanly where it got to
+                await self._send_now({"type": "http.response.body", "body": b"", "more_body": False})
+            # Otherwise streaming had begun: end the connection without the final chunk, so the client sees a cut
+            # body.
             return
         if self.status == 0:
             problem = head_problem(outcome.status, outcome.headers)
@@ -209,16 +262,19 @@ class Exchange:
                 self.note = f"invalid response: {problem}"
                 await self.respond(500, f"the guest returned an invalid response: {problem}")
                 return
-            headers = [*_encode_headers(outcome.headers), (b"content-length", str(len(outcome.body)).encode())]
+            headers = _encode_headers(outcome.headers)
+            if outcome.status not in _NO_BODY:
+                headers.append((b"content-length", str(len(outcome.body)).encode()))
             await self._send_now({"type": "http.response.start", "status": outcome.status, "headers": headers})
             self.status = outcome.status
-        await self._send_now({"type": "http.response.body", "body": outcome.body, "more_body": False})
+        body = b"" if self.status in _NO_BODY else outcome.body
+        await self._send_now({"type": "http.response.body", "body": body, "more_body": False})
 
-    async def respond(self, status: int, text: str) -> None:
-        """A whole plain-text response (errors and the like)."""
+    async def respond(self, status: int, text: str, close: bool = False) -> None:
+        """A whole plain-text response (errors and the like). `close`: the connection ends after it."""
         body = (text + "\n").encode()
         headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]
-        if status == 413:  # the unread body makes the connection unusable for another request
+        if close or status == 413:  # the unread body makes the connection unusable for another request
             headers.append((b"connection", b"close"))
         try:
             await self._send_now({"type": "http.response.start", "status": status, "headers": headers})
@@ -306,6 +362,7 @@ class ThreadWriter:
     thread and block until the loop has sent the bytes."""
 
     def __init__(self, exchange: Exchange, deadline: float) -> None:
+        self.request_id = exchange.request_id
         self._exchange = exchange
         self._deadline = deadline
         self._started = False

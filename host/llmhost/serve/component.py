@@ -90,28 +90,43 @@ class HttpComponent:
             "target the `http-app` world of wit/http.wit: `llmhost build DIR -o APP.wasm --world http-app`)"
         )
 
-    def handle(self, request: HttpRequest, writer: ResponseWriter, deadline_s: float) -> HttpResponse:
+    def handle(
+        self,
+        request: HttpRequest,
+        writer: ResponseWriter,
+        deadline_s: float,
+        request_id: str = "-",
+        max_log_bytes: int = policy.DEFAULT_MAX_LOG_BYTES,
+    ) -> HttpResponse:
         """Run `handler.handle` in a fresh instance (on the calling thread) that may run for `deadline_s`.
 
-        Raises `GuestFailure` when the guest traps, runs out of memory or past its deadline.
+        Raises `GuestFailure` when the guest traps, runs out of memory or past its deadline. What the guest
+        writes to stdout and stderr is logged, each line one record prefixed with the component and
+        `request_id` (so a guest cannot forge the server's own lines), at most `max_log_bytes` of it.
         """
-        stderr: list[bytes] = []
-        captured = CapturedOutput(stderr.append)
-        delivered = False
+        outputs = {"stdout": CapturedOutput(lambda _: None), "stderr": CapturedOutput(lambda _: None)}
+        read: dict[str, tuple[bytes, bytes, int]] = {}
 
-        def guest_stderr() -> bytes:  # read once: delivering removes the file
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                captured.deliver()
-            return b"".join(stderr)
+        def collect() -> tuple[bytes, bytes, int]:  # once: reading removes the files
+            if not read:
+                budget = max_log_bytes
+                for name, output in outputs.items():
+                    read[name] = output.read_capped(budget)
+                    budget -= len(read[name][0])
+            return read["stderr"]
+
+        def guest_stderr() -> bytes:
+            head, tail, size = collect()
+            return head if size <= len(head) else head + b"\n...\n" + tail
 
         sandbox = self.settings.sandbox.model_copy(update={"timeout_s": max(deadline_s, 0.001)})
         rep = self._writers.register(writer)
         scope = RunScope(f"request to {self.name}")
         store: Store | None = None
         try:
-            store = new_store(self._engine, sandbox, [self.name], stderr=captured, scope=scope)
+            store = new_store(
+                self._engine, sandbox, [self.name], stdout=outputs["stdout"], stderr=outputs["stderr"], scope=scope
+            )
             try:
                 instance = self._linker.instantiate(store, self._component)
             except WasmtimeError as error:
@@ -135,8 +150,19 @@ class HttpComponent:
             if store is not None:
                 store.close()
             self._writers.unregister(rep)
-            for line in guest_stderr().decode("utf-8", "replace").splitlines():
-                _guest_log.warning("%s: %s", self.name, line)
+            collect()
+            for name, (head, _, size) in read.items():
+                for line in head.decode("utf-8", "replace").splitlines():
+                    _guest_log.info("%s [%s] %s: %s", self.name, request_id, name, line)
+                if size > len(head):
+                    _guest_log.warning(
+                        "%s [%s] %s: %d more bytes not logged (limit `max-log-bytes`: %d per request)",
+                        self.name,
+                        request_id,
+                        name,
+                        size - len(head),
+                        max_log_bytes,
+                    )
 
     def _failure(self, message: str, stderr: bytes) -> GuestFailure:
         cause = _cause(message)

@@ -66,6 +66,10 @@ class AppConfig(_Section):
     listen: str = policy.DEFAULT_LISTEN
     max_concurrency: int = Field(policy.DEFAULT_MAX_CONCURRENCY, ge=1)
     shutdown_grace_s: float = Field(policy.DEFAULT_SHUTDOWN_GRACE_S, gt=0)
+    header_timeout_s: float = Field(policy.DEFAULT_HEADER_TIMEOUT_S, gt=0)
+    body_timeout_s: float = Field(policy.DEFAULT_BODY_TIMEOUT_S, gt=0)
+    max_connections: int = Field(policy.DEFAULT_MAX_CONNECTIONS, ge=1)
+    max_log_bytes: int = Field(policy.DEFAULT_MAX_LOG_BYTES, ge=0)
     cache_dir: Path = Field(default_factory=default_cache_dir)
     engine: EngineConfig = Field(default_factory=LlamaCppEngineConfig)
     models: dict[str, ModelConfig] = Field(default_factory=lambda: {host_policy.DEFAULT_MODEL: ModelConfig()})
@@ -121,6 +125,10 @@ class ServeSettings:
     shutdown_grace_s: float
     components: dict[str, ComponentSettings]
     routes: dict[str, str]  # path prefix -> component name
+    header_timeout_s: float = policy.DEFAULT_HEADER_TIMEOUT_S
+    body_timeout_s: float = policy.DEFAULT_BODY_TIMEOUT_S
+    max_connections: int = policy.DEFAULT_MAX_CONNECTIONS
+    max_log_bytes: int = policy.DEFAULT_MAX_LOG_BYTES
 
 
 def load_app_config(path: Path | str) -> AppConfig:
@@ -189,6 +197,10 @@ def resolve(config: AppConfig, origin: str, listen: str | None = None) -> ServeS
         shutdown_grace_s=config.shutdown_grace_s,
         components=components,
         routes=dict(config.routes),
+        header_timeout_s=config.header_timeout_s,
+        body_timeout_s=config.body_timeout_s,
+        max_connections=config.max_connections,
+        max_log_bytes=config.max_log_bytes,
     )
 
 

@@ -8,6 +8,17 @@ DEFAULT_LISTEN = "127.0.0.1:8080"
 DEFAULT_MAX_CONCURRENCY = 16
 # On SIGINT/SIGTERM: how long in-flight requests may go on before they are cancelled.
 DEFAULT_SHUTDOWN_GRACE_S = 10.0
+# Before the grace ends, this long is kept for cancelled guests to end their responses (a stream's last event).
+SHUTDOWN_CANCEL_MARGIN_S = 2.0
+# A connection must deliver a request's whole head (request line and headers) this soon after it opened or after
+# its previous response: slow-loris clients are closed, not kept.
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+# And a request's body must arrive within this long.
+DEFAULT_BODY_TIMEOUT_S = 30.0
+# Open connections at once (idle keep-alive ones included); more are answered 503 and closed.
+DEFAULT_MAX_CONNECTIONS = 256
+# What one request's guest may log (stdout and stderr together): the rest is dropped, with one line saying so.
+DEFAULT_MAX_LOG_BYTES = 64 * 1024
 
 # Per-component limits ([limits] and [components.NAME.limits]).
 DEFAULT_DEADLINE_S = 30.0  # wall clock from the request's arrival to the end of its response

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import uvicorn
 
@@ -25,9 +27,11 @@ from ..api import Host
 from ..config import FakeEngineConfig
 from ..engine.registry import create_engine
 from ..interfaces.http import WriterTable
+from . import policy
 from .app import ServeApp
 from .component import HttpComponent
 from .config import ServeSettings
+from .protocol import protocol_with_header_timeout
 from .scope import ScopedEngine
 
 _log = logging.getLogger("llmhost.serve")
@@ -39,9 +43,19 @@ class _Server(uvicorn.Server):
     requests finish (bounded by `timeout_graceful_shutdown`), and the process then exits 0 — uvicorn's own
     handler re-raises the signal after shutting down, which would end the process with the signal's status."""
 
-    def __init__(self, config: uvicorn.Config, on_started: Callable[[], None]) -> None:
+    def __init__(
+        self, config: uvicorn.Config, on_started: Callable[[], None], on_shutdown: Callable[[], None] = lambda: None
+    ) -> None:
         super().__init__(config)
         self._on_started = on_started
+        self._on_shutdown = on_shutdown
+        self._shutdown_begun = False
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        super().handle_exit(sig, frame)
+        if not self._shutdown_begun:
+            self._shutdown_begun = True
+            self._on_shutdown()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -105,10 +119,13 @@ def _serve(settings: ServeSettings, host: Host) -> int:
     components = {name: HttpComponent(host, component, writers) for name, component in settings.components.items()}
     sock = bind(*settings.listen)
     executor = ThreadPoolExecutor(max_workers=settings.max_concurrency, thread_name_prefix="llmhost-request")
-    app = ServeApp(components, settings.routes, executor)
+    app = ServeApp(components, settings.routes, executor, settings.body_timeout_s, settings.max_log_bytes)
     uvicorn_config = uvicorn.Config(
         app,
-        http="h11",
+        http=protocol_with_header_timeout(settings.header_timeout_s),
+        # Connections at once, idle keep-alive ones included: more are answered 503 (and slow-loris ones are
+        # closed by the header timeout, so they cannot hold the places for long).
+        limit_concurrency=settings.max_connections,
         loop="asyncio",
         ws="none",
         lifespan="off",
@@ -124,13 +141,27 @@ def _serve(settings: ServeSettings, host: Host) -> int:
         shown = f"[{host_name}]" if ":" in host_name else host_name
         _log.info("listening on http://%s:%d (%s; routes: %s)", shown, port, engine_kind, routes)
 
-    server = _Server(uvicorn_config, started)
+    def begin_shutdown() -> None:
+        # Requests still running near the end of the grace are cancelled (their generations end at once, so a
+        # guest ends its response itself: a stream's last event), leaving the margin for them to do so.
+        delay = max(0.0, settings.shutdown_grace_s - policy.SHUTDOWN_CANCEL_MARGIN_S)
+        timer = threading.Timer(delay, app.cancel_all, args=("the server is shutting down",))
+        timer.daemon = True
+        timer.start()
+
+    server = _Server(uvicorn_config, started, begin_shutdown)
     try:
         server.run(sockets=[sock])
     finally:
-        # Whatever still runs (past the grace period) is told to stop; its guest ends at its deadline at the latest.
         app.cancel_all("the server is shutting down")
-        executor.shutdown(wait=True, cancel_futures=True)
+        executor.shutdown(wait=False, cancel_futures=True)
         sock.close()
+    stuck = app.running()
+    if stuck:
+        # A guest computing without calling the host cannot be stopped from outside before its own deadline;
+        # the process does not wait for it past the grace.
+        _log.warning("stopped with %d guest(s) still running; they are abandoned", stuck)
+        logging.shutdown()
+        os._exit(0)
     _log.info("stopped")
     return 0

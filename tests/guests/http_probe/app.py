@@ -18,6 +18,7 @@
 import json
 import os
 import socket
+import sys
 import time
 from urllib.parse import parse_qs, urlsplit
 
@@ -123,6 +124,20 @@ def op_embed(q, writer):
     return reply({"ok": len(result.embeddings)})
 
 
+def op_noise(q, writer):
+    """Write `bytes` bytes (in one write) to `to` (stdout or stderr), in lines of 100 characters."""
+    size = int(q.get("bytes", "1000"))
+    line = "x" * 99 + "\n"
+    text = line * (size // 100) + "y" * (size % 100)
+    stream = sys.stdout if q.get("to", "stderr") == "stdout" else sys.stderr
+    stream.write(text)
+    return reply({"ok": size})
+
+
+def op_nocontent(q, writer):
+    return http.Response(status=204, headers=[], body=b"this body must not be sent")
+
+
 def op_drip(q, writer):
     writer.start(200, [("content-type", "text/plain")])
     for i in range(int(q.get("n", "10"))):
@@ -192,6 +207,8 @@ OPERATIONS = {
     "/stream": op_stream,
     "/drip": op_drip,
     "/hold": op_hold,
+    "/noise": op_noise,
+    "/nocontent": op_nocontent,
     "/embed": op_embed,
     "/spin": op_spin,
     "/loop": op_loop,
