@@ -6,7 +6,6 @@ from collections.abc import Callable, Iterator
 from typing import Protocol, runtime_checkable
 
 from ..types import (
-    BeamParams,
     EmbeddingsResult,
     EngineError,
     InferenceResult,
@@ -56,14 +55,6 @@ class TokenSequence(Protocol):
     def truncate(self, count: int) -> None: ...
 
     def fork(self) -> TokenSequence: ...
-
-    def score(self, continuations: list[str]) -> list[float]:
-        """The log-likelihood of each continuation given the sequence (which is left unchanged)."""
-        ...
-
-    def beam_search(self, params: BeamParams) -> list[tuple[TokenSequence, float]]:
-        """Beam search from the sequence: new sequences with their scores, best first."""
-        ...
 
     def close(self) -> None: ...
 

@@ -10,8 +10,8 @@ import math
 import time
 from typing import TYPE_CHECKING
 
-from ..types import BeamParams, EngineError, InferenceResult, InferencingParams, InvalidInput
-from .base import TokenSequence, collect
+from ..types import InferenceResult, InferencingParams, InvalidInput
+from .base import collect
 from .scheduler import LlamaGeneration
 from .sequence_state import SeqState, attribute_text
 
@@ -121,12 +121,6 @@ class LlamaSequence:
         self._check_idle()
         self._model.check_swap_room()
         return LlamaSequence(self._model, self._model.slots.fork(self._state))
-
-    def score(self, continuations: list[str]) -> list[float]:
-        raise EngineError("sequence.score is not available yet in this build")
-
-    def beam_search(self, params: BeamParams) -> list[tuple[TokenSequence, float]]:
-        raise EngineError("sequence.beam-search is not available yet in this build")
 
     def close(self) -> None:
         if not self.closed:

@@ -12,7 +12,6 @@ from .. import abi
 from ..engine.base import TokenSequence
 from ..runtime.host_funcs import add_func
 from ..runtime.scope import HandleTable, scope_of
-from ..types import InvalidInput
 from .llm import STREAM_TYPE_ID, LlmService, ScopeLimits, scope_streams
 from .versions import current, interface_names
 
@@ -64,19 +63,6 @@ def define_sequences(
     def identity(value: Any) -> Any:
         return value
 
-    def beam_search(store: Any, this: Any, params: Any) -> Any:
-        table = scope_sequences(store, limits)
-        sequence = table.get(abi.resource_rep(store, this))
-        beam_params = abi.beam_params_from_wit(params)
-        if len(table) + beam_params.width > limits.max_open_sequences:
-            table.check_room()  # names the quota key
-            raise InvalidInput(
-                f"beam search of width {beam_params.width} would exceed this run's limit of "
-                f"{limits.max_open_sequences} open sequences (`{MAX_OPEN_KEY}`)"
-            )
-        beams = sequence.beam_search(beam_params)
-        return [abi.beam_to_wit(own(store, beam), score) for beam, score in beams]
-
     def generate_stream(store: Any, this: Any, params: Any) -> int:
         sequence = scope_sequences(store, limits).get(abi.resource_rep(store, this))
         streams = scope_streams(store, limits)
@@ -94,11 +80,6 @@ def define_sequences(
         ),
         "[method]sequence.generate-stream": (generate_stream, lambda rep: abi.own_resource(rep, STREAM_TYPE_ID)),
         "[method]sequence.truncate": (method(lambda s, count: s.truncate(count)), nothing),
-        "[method]sequence.score": (
-            method(lambda s, continuations: s.score([str(c) for c in continuations])),
-            lambda scores: [float(x) for x in scores],
-        ),
-        "[method]sequence.beam-search": (beam_search, identity),
         "[method]sequence.fork": (
             opening(lambda store, this: scope_sequences(store, limits).get(abi.resource_rep(store, this)).fork()),
             identity,

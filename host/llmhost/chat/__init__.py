@@ -1,1 +1,0 @@
-"""Chat on top of the engine protocol: the model's own template, tool calls, and the chat results."""
