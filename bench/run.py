@@ -9,7 +9,8 @@ a few tokens), median of ROUNDS rounds run interleaved so machine noise hits eve
   (e) a wasm guest reading `llm.infer-stream` to its done event (timed inside the guest).
 The streaming ratio (e)/(d) is the median over PAIRS back-to-back pairs of shorter runs (PAIR_TOKENS). Then time
 to first chunk, the sequences program, continuous batching (bench/batching.py), and `llmhost serve` (bench/serve.py).
-Plus component instantiation (p50 of 20) and the second start of `llmhost run` (compiled component cached).
+Plus structured output (bench/structured.py), the developer loop (bench/devloop.py), component instantiation
+(p50 of 20) and the second start of `llmhost run` (compiled component cached).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import batching
+import devloop
+import structured
 
 from llmhost import Host, HostConfig, InferencingParams
 from llmhost.build import build_component
@@ -313,7 +316,8 @@ def main() -> int:
     config = HostConfig(
         models={
             MODEL: ModelConfig(threads=THREADS, n_gpu_layers=N_GPU_LAYERS, context_length=CONTEXT, prefix_cache=False)
-        }
+        },
+        compile_strategy="optimized",  # the throughput rows run Cranelift code; bench/devloop.py measures Winch
     )
     model_path = default_model_path(config.cache_dir)
     wasm = config.cache_dir / "bench" / "bench-guest.wasm"
@@ -382,6 +386,8 @@ def main() -> int:
     restart = second_start(wasm, env)
     host.close()
     batching_rows = batching.run(config, model_path, MODEL, THREADS, N_GPU_LAYERS)
+    structured_rows = structured.run(config, model_path, MODEL, THREADS, N_GPU_LAYERS)
+    devloop_rows = devloop.run(config.cache_dir)
 
     lines = [
         "# Benchmarks",
@@ -454,6 +460,14 @@ def main() -> int:
         "the request.",
         "",
         *batching_rows,
+        "",
+        "## Structured output",
+        "",
+        *structured_rows,
+        "",
+        "## Developer loop",
+        "",
+        *devloop_rows,
         "",
         "## Components",
         "",

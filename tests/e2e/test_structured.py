@@ -245,3 +245,22 @@ def test_a_guest_built_against_0_1_0_gets_the_same_results(real_probe: Probe, re
     new_events = run_ok(real_probe, "stream", MODEL, "Once upon a time", params)
     old_events = run_ok(real_probe_0_1_0, "stream", MODEL, "Once upon a time", params)
     assert old_events == new_events
+
+
+def test_grammar_through_a_streamed_sequence_generation(real_probe: Probe) -> None:
+    grammar = 'root ::= "Answer: " ("yes" | "no") "."'
+    params = {**GREEDY, "max-tokens": 12, "constraint": {"grammar": grammar}}
+    script = [
+        ["open", "a"],
+        ["append", "a", "Is water wet? "],
+        ["stream", "a", params],
+        ["text", "a"],
+        ["generate", "a", {**GREEDY, "max-tokens": 3}],  # the sequence goes on, unconstrained
+    ]
+    steps = run_ok(real_probe, "seq", MODEL, json.dumps(script))
+    events = steps[2]["ok"]
+    text = "".join(e["chunk"]["text"] for e in events if e and "chunk" in e)
+    assert re.fullmatch(r"Answer: (yes|no)\.", text), events
+    assert events[-1]["done"]["finish-reason"] == "stop"
+    assert steps[3]["ok"] == "Is water wet? " + text  # exactly what was returned was appended
+    assert "ok" in steps[4]
