@@ -16,7 +16,7 @@ from .scheduler import LlamaGeneration
 from .sequence_state import SeqState, attribute_text
 
 if TYPE_CHECKING:
-    from .llamacpp import LlamaModel
+    from .model import EngineModel as LlamaModel
 
 
 class LlamaSequence:
