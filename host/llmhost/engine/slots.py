@@ -114,11 +114,13 @@ class SlotPool:
         free (or can be freed) now, else a copy of its saved state in host memory. Never waits for a slot: with
         every other slot busy, waiting for one to hold the copy could wait forever."""
         with self.lock:
+            copy = SeqState(list(source.tokens), list(source.token_texts), list(source.logprobs))
+            if source.slot is None:  # swapped out (or never evaluated): the copy shares its saved bytes
+                copy.saved, copy.n_kv = source.saved, source.n_kv if source.saved is not None else 0
+                self.swapped_bytes += len(copy.saved or b"")
+                return copy
             source.busy = True  # not swapped out while the copy takes a slot
             try:
-                self.attach(source)
-                assert source.slot is not None
-                copy = SeqState(list(source.tokens), list(source.token_texts), list(source.logprobs))
                 slot = self._take_slot(wait=False)
                 if slot is not None:
                     self._hold(copy, slot)
@@ -136,8 +138,11 @@ class SlotPool:
     def trim(self, state: SeqState, count: int) -> None:
         """Rewind `state` to its first `count` tokens, keeping the KV cache of that prefix."""
         with self.lock:
-            if state.saved is not None:
-                self.attach(state)  # restore, then cut: the saved bytes cannot be cut in place
+            if state.saved is not None and not self.attach(state, wait=False):
+                # Swapped out and no slot free now: the saved bytes cannot be cut in place, so they are dropped
+                # and the kept tokens are evaluated again on next use (exact, only slower). Never waits.
+                self.swapped_bytes -= len(state.saved)
+                state.saved, state.n_kv = None, 0
             state.truncate(count)
             if state.slot is not None:
                 self._kv.seq_rm(state.slot, state.n_kv)
