@@ -120,12 +120,6 @@ def check_embedding_texts(texts: list[str]) -> None:
         raise InvalidInput(f"generate-embeddings got {len(texts)} texts; at most {MAX_EMBEDDING_TEXTS} per call")
 
 
-def validate_params(params: InferencingParams) -> InferencingParams:
-    """`params`, checked (already done at construction; kept for callers that build params without it)."""
-    check_params(params)
-    return params
-
-
 # Spin's defaults for `params: none` (see the WIT doc of `inferencing-params`).
 DEFAULT_PARAMS = InferencingParams()
 

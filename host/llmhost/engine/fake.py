@@ -99,7 +99,6 @@ class FakeEngine:
 
     def stream(self, model: str, prompt: str, params: InferencingParams) -> FakeGeneration:
         self._check(model)
-        policy.validate_params(params)
         if params.constraint is not None:
             raise InvalidInput('structured output needs the llama-cpp engine (set `engine.kind = "llama-cpp"`)')
         prompt_tokens = len(self.tokenize(model, prompt))

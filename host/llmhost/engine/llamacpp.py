@@ -101,7 +101,6 @@ class LlamaCppEngine:
         return self.model(model).tokenize(text)
 
     def stream(self, model: str, prompt: str, params: InferencingParams) -> LlamaGeneration:
-        policy.validate_params(params)
         m = self.model(model)
         tokens = m.tokenize(prompt)
         if not tokens:
