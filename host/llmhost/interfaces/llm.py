@@ -10,6 +10,7 @@ from typing import Any
 from wasmtime.component import FuncType, LinkerInstance, ResourceType
 
 from .. import abi, policy
+from ..chat.service import ChatService
 from ..engine.base import Engine, Generation, TokenSequence
 from ..runtime.host_funcs import add_func
 from ..runtime.scope import scope_of
@@ -40,13 +41,18 @@ class LlmService:
         self,
         engine: Callable[[], Engine],
         allowed_models: frozenset[str] | None = None,
+        chat: ChatService | None = None,
     ) -> None:
         self._engine = engine
         self._allowed_models = allowed_models
+        self.chat = chat if chat is not None else ChatService(engine)
 
     def restricted_to(self, allowed_models: frozenset[str] | None) -> LlmService:
         """The same engine, serving only `allowed_models` (None: every configured model)."""
-        return LlmService(self._engine, allowed_models)
+        return LlmService(self._engine, allowed_models, self.chat)
+
+    def check_allowed(self, model: str) -> None:
+        self._check_allowed(model)
 
     def _check_allowed(self, model: str) -> None:
         if self._allowed_models is not None and model not in self._allowed_models:
@@ -149,6 +155,11 @@ def define_llm(
             add_func(instance, name, abi.guarded(function, to_wit, encoder, with_store=True), func_type)
         elif name in infallible:
             add_func(instance, name, infallible[name], func_type)
+    from .chat import FUNCTIONS, define_chat  # chat builds on this module's tables
+
+    chat_imports = {name: func_type for name, func_type in imported.items() if name in FUNCTIONS}
+    if chat_imports:
+        define_chat(instance, service.chat, service.check_allowed, limits, chat_imports)
 
 
 def _listed(service: LlmService) -> list[ModelInfo]:
