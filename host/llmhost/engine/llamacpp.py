@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import policy
 from ..config import ModelConfig
@@ -40,6 +40,9 @@ from .models import resolve_model_path
 from .scheduler import LlamaGeneration, Row, Scheduler
 from .sequence_state import SeqState, attribute_text
 from .slots import SlotPool
+
+if TYPE_CHECKING:
+    from ..chat.template import TemplateInfo
 
 log = logging.getLogger(__name__)
 
@@ -386,6 +389,53 @@ class LlamaModel:
                 self._embed_batch = lib.llama_batch_init(self.n_batch, 0, 1)
             return self._embed_ctx
 
+    # --- chat template -----------------------------------------------------------------------------------
+    def meta_string(self, key: str) -> str | None:
+        """A string from the GGUF metadata (None when absent)."""
+        size = 8192
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = int(self.lib.llama_model_meta_val_str(self.model, key.encode(), buf, size))
+            if n < 0:
+                return None
+            if n < size:
+                return buf.raw[:n].decode("utf-8", "replace")
+            size = n + 1
+
+    def special_text(self, token: int) -> str:
+        """A control token's text (`<bos>`), as a template writes it."""
+        if token < 0:
+            return ""
+        buf = ctypes.create_string_buffer(64)
+        n = self.lib.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = self.lib.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
+        return buf.raw[:n].decode("utf-8", "replace")
+
+    def chat_template(self) -> TemplateInfo:
+        from ..chat.template import GEMMA3_TEMPLATE, TemplateInfo, template_source
+
+        config = self.config
+        builtin = GEMMA3_TEMPLATE if config.path is None else None  # the embedded default model is Gemma 3
+        source, origin = template_source(
+            self.name,
+            config.chat_template,
+            config.chat_template_file,
+            self.meta_string("tokenizer.chat_template"),
+            builtin,
+        )
+        lib, vocab = self.lib, self.vocab
+        eot = int(lib.llama_vocab_eot(vocab))
+        return TemplateInfo(
+            source=source,
+            origin=origin,
+            bos_token=self.special_text(int(lib.llama_vocab_bos(vocab))),
+            eos_token=self.special_text(int(lib.llama_vocab_eos(vocab))),
+            add_bos=bool(lib.llama_vocab_get_add_bos(vocab)),
+            extra_stops=(self.special_text(eot),) if eot >= 0 else (),
+        )
+
     def close(self) -> None:
         lib = self.lib
         self.scheduler.stop()  # outside the lock: its last step needs it
@@ -477,6 +527,9 @@ class LlamaCppEngine:
 
     def infer(self, model: str, prompt: str, params: InferencingParams) -> InferenceResult:
         return collect(self.stream(model, prompt, params))
+
+    def chat_template(self, model: str) -> TemplateInfo:
+        return self.model(model).chat_template()
 
     def embeddings(self, model: str, texts: list[str], check: Callable[[], None] | None = None) -> EmbeddingsResult:
         return self.model(model).embed(texts, check)

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
+from ..chat.template import TemplateInfo
 from ..engine.base import Engine, Generation, TokenSequence, collect
 from ..types import (
     EmbeddingsResult,
@@ -327,6 +328,10 @@ class ScopedEngine:
     def model_info(self, model: str) -> ModelInfo:
         self._scope(model)
         return self._inner.model_info(model)
+
+    def chat_template(self, model: str) -> TemplateInfo:
+        self._scope(model)
+        return self._inner.chat_template(model)
 
     def tokenize(self, model: str, text: str) -> list[int]:
         self._scope(model)
