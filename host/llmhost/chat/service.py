@@ -187,6 +187,11 @@ class ChatStream:
     def text(self) -> str:
         return self._text
 
+    @property
+    def in_call(self) -> bool:
+        """The reply began a call (whether or not it finished one)."""
+        return self._mode == "calls"
+
     def close(self) -> None:
         self._generation.close()
 
@@ -225,7 +230,7 @@ def _result(
     text = "".join(parts)
     if isinstance(stream, ChatStream):
         logprobs = stream.logprobs
-        if not calls and deltas:
+        if not calls and stream.in_call:
             text = stream.text  # an unfinished call (the budget ran out): its text is all there is
     return ChatResult(
         message=ChatMessage(role=ChatRole.ASSISTANT, content=text if text or not calls else None, tool_calls=calls),

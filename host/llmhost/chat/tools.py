@@ -197,7 +197,8 @@ def reply_constraint(tools: list[ParsedTool], choice: ToolChoice, fmt: CallForma
     call_rule = "call: %json " + json.dumps(schema)
     if fmt == "hermes":
         # Text may not start with "<" (that is how a call starts): the first character tells text from calls.
-        calls = 'calls: call_block ("\\n" call_block)*\ncall_block: "<tool_call>\\n" call "\\n</tool_call>"'
+        # One call per reply: offered more, small models keep writing calls until the budget runs out.
+        calls = 'calls: "<tool_call>\\n" call "\\n</tool_call>"'
         start = "start: calls" if choice.kind != "auto" else "start: TEXT | calls\nTEXT: /[^<](.|\\n)*/"
         return Constraint.grammar(f"%llguidance {{}}\n{start}\n{calls}\n{call_rule}\n")
     start = "start: call" if choice.kind != "auto" else "start: TEXT | call\nTEXT: /[^{](.|\\n)*/"
