@@ -135,6 +135,10 @@ def test_auto_tool_choice_gives_text_or_a_valid_call(real_probe: Probe) -> None:
             jsonschema.validate(json.loads(result["message"]["tool-calls"][0]["arguments"]), WEATHER_SCHEMA)
         else:
             assert not (result["message"]["content"] or "").lstrip().startswith("{")
+    # `none`: the tools are not offered; the reply is free text.
+    none = params(inferencing={"temperature": 0.0, "max-tokens": 16}, tools=[WEATHER], **{"tool-choice": "none"})
+    result = ok(real_probe("chat", MODEL, ASK, none))
+    assert result["message"]["tool-calls"] == [] and result["finish-reason"] in ("stop", "length")
 
 
 def test_conversation_on_a_sequence_evaluates_only_new_tokens(real_probe: Probe) -> None:

@@ -339,12 +339,22 @@ def op_chat(model, messages, params="none"):
     return chat_result_json(llm.chat(model, parse_messages(messages), parse_chat_params(params)))
 
 
-def op_chat_seeds(model, messages, params, count):
-    """COUNT chat streams at once with seeds 0..COUNT-1 (the host batches them), read round-robin; each one's
-    result gathered as `chat` returns it (content joined, tool calls from their deltas)."""
+def op_chat_seeds(model, messages, params, count, at_once="4"):
+    """COUNT chat streams with seeds 0..COUNT-1, AT_ONCE at a time (the host batches them; more than the model's
+    slots would wait unread), read round-robin; each one's result gathered as `chat` returns it (content joined,
+    tool calls from their deltas)."""
     base = json.loads(params)
+    results = []
+    seeds = list(range(int(count)))
+    while seeds:
+        batch, seeds = seeds[: int(at_once)], seeds[int(at_once) :]
+        results.extend(chat_streams(model, messages, base, batch))
+    return results
+
+
+def chat_streams(model, messages, base, seeds):
     streams = []
-    for seed in range(int(count)):
+    for seed in seeds:
         p = dict(base)
         p["inferencing"] = {**(base.get("inferencing") or {}), "seed": seed}
         streams.append(llm.chat_stream(model, parse_messages(messages), parse_chat_params(json.dumps(p))))
