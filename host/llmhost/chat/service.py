@@ -20,6 +20,7 @@ from ..types import (
     ChatRole,
     EngineError,
     FinishReason,
+    InferencingParams,
     InvalidInput,
     StreamChunk,
     StreamDone,
@@ -42,6 +43,9 @@ class ChatGeneration(Protocol):
     def __next__(self) -> ChatEvent: ...
 
     def close(self) -> None: ...
+
+
+StartGeneration = Callable[[str, str, InferencingParams], Generation]
 
 
 class ChatService:
@@ -82,10 +86,16 @@ class ChatService:
         prompt, _, _ = self._prompt(model, messages, params, add_generation_prompt)
         return prompt
 
-    def chat(self, model: str, messages: list[ChatMessage], params: ChatParams) -> ChatResult:
-        return collect_chat(self.chat_stream(model, messages, params))
+    def chat(
+        self, model: str, messages: list[ChatMessage], params: ChatParams, start: StartGeneration | None = None
+    ) -> ChatResult:
+        return collect_chat(self.chat_stream(model, messages, params, start))
 
-    def chat_stream(self, model: str, messages: list[ChatMessage], params: ChatParams) -> ChatGeneration:
+    def chat_stream(
+        self, model: str, messages: list[ChatMessage], params: ChatParams, start: StartGeneration | None = None
+    ) -> ChatGeneration:
+        """Start a chat. `start(model, prompt, params)` starts the generation (default: the engine's `stream`;
+        the host passes its run-scoped `infer_stream`). Input errors are raised here, before any token."""
         prompt, template, fmt = self._prompt(model, messages, params, add_generation_prompt=True)
         inferencing = params.inferencing
         tools = parse_tools(params.tools if params.tool_choice.kind != "none" else (), params.tool_choice)
@@ -99,7 +109,7 @@ class ChatService:
         update: dict[str, object] = {"stop": stops}
         if constraint is not None:
             update["constraint"] = constraint
-        generation = self._engine().stream(model, prompt, inferencing.model_copy(update=update))
+        generation = (start or self._engine().stream)(model, prompt, inferencing.model_copy(update=update))
         return ChatStream(generation, fmt if constraint is not None else None)
 
 

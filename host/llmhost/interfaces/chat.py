@@ -12,9 +12,9 @@ from typing import Any
 from wasmtime.component import FuncType, LinkerInstance, ResourceType
 
 from .. import abi
-from ..chat.service import ChatService
 from ..runtime.host_funcs import add_func
-from .llm import ScopeLimits, scope_streams
+from ..runtime.scope import scope_of
+from .llm import LlmService, ScopeLimits, scope_streams
 
 _log = logging.getLogger(__name__)
 
@@ -25,29 +25,27 @@ FUNCTIONS = ("chat", "chat-stream", "apply-chat-template", "[method]chat-complet
 
 def define_chat(
     instance: LinkerInstance,
-    service: ChatService,
-    check_model: Callable[[str], None],
+    service: LlmService,
     limits: ScopeLimits,
     imported: dict[str, FuncType],
 ) -> None:
-    """Register the chat functions the component imports. `check_model` enforces the component's models."""
+    """Register the chat functions the component imports. Chats run in the caller's run scope, as `infer` does
+    (the component's allowed models, cancellation with the run, its token budget)."""
 
-    def chat(_store: Any, model: str, messages: Any, params: Any) -> Any:
-        check_model(model)
-        return service.chat(model, abi.chat_messages_from_wit(messages), abi.chat_params_from_wit(params))
+    def chat(store: Any, model: str, messages: Any, params: Any) -> Any:
+        messages, params = abi.chat_messages_from_wit(messages), abi.chat_params_from_wit(params)
+        return service.chat(model, messages, params, scope_of(store))
 
     def chat_stream(store: Any, model: str, messages: Any, params: Any) -> int:
-        check_model(model)
         streams = scope_streams(store, limits)
         streams.check_room()
-        generation = service.chat_stream(model, abi.chat_messages_from_wit(messages), abi.chat_params_from_wit(params))
+        messages, params = abi.chat_messages_from_wit(messages), abi.chat_params_from_wit(params)
+        generation = service.chat_stream(model, messages, params, scope_of(store))
         return streams.open(generation)  # type: ignore[arg-type]  # a chat generation iterates chat events
 
-    def apply_template(_store: Any, model: str, messages: Any, tools: Any, add_generation_prompt: bool) -> str:
-        check_model(model)
-        text = service.apply_template(
-            model, abi.chat_messages_from_wit(messages), abi.tools_from_wit(tools), bool(add_generation_prompt)
-        )
+    def apply_template(store: Any, model: str, messages: Any, tools: Any, add_generation_prompt: bool) -> str:
+        messages, tools = abi.chat_messages_from_wit(messages), abi.tools_from_wit(tools)
+        text = service.apply_chat_template(model, messages, tools, bool(add_generation_prompt), scope_of(store))
         return abi.string_to_wit(text)
 
     bindings: dict[str, tuple[Callable[..., Any], Callable[[Any], Any]]] = {
