@@ -31,7 +31,16 @@ from ..types import (
     Usage,
 )
 from .template import ChatTemplate
-from .tools import CallFormat, CallSoFar, new_call_id, openai_tools, parse_tools, reply_constraint, scan_calls
+from .tools import (
+    CallFormat,
+    CallSoFar,
+    ParsedTool,
+    new_call_id,
+    openai_tools,
+    parse_tools,
+    reply_constraint,
+    scan_calls,
+)
 from .tools import template_messages as to_template_messages
 
 
@@ -68,7 +77,7 @@ class ChatService:
 
     def _prompt(
         self, model: str, messages: list[ChatMessage], params: ChatParams, add_generation_prompt: bool
-    ) -> tuple[str, ChatTemplate, CallFormat]:
+    ) -> tuple[str, ChatTemplate, CallFormat, list[ParsedTool]]:
         template = self.template(model)
         offered = params.tools if params.tool_choice.kind != "none" else ()
         tools = parse_tools(offered, params.tool_choice)
@@ -77,13 +86,13 @@ class ChatService:
             messages, tools, knows_tools=template.knows_tools, knows_tool_calls=template.knows_tool_calls, fmt=fmt
         )
         hf_tools = openai_tools(tools) if tools and template.knows_tools else None
-        return template.prompt(hf_messages, hf_tools, add_generation_prompt), template, fmt
+        return template.prompt(hf_messages, hf_tools, add_generation_prompt), template, fmt, tools
 
     def apply_template(
         self, model: str, messages: list[ChatMessage], tools: tuple[Tool, ...], add_generation_prompt: bool
     ) -> str:
         params = ChatParams(tools=tools)
-        prompt, _, _ = self._prompt(model, messages, params, add_generation_prompt)
+        prompt, _, _, _ = self._prompt(model, messages, params, add_generation_prompt)
         return prompt
 
     def chat(
@@ -96,9 +105,8 @@ class ChatService:
     ) -> ChatGeneration:
         """Start a chat. `start(model, prompt, params)` starts the generation (default: the engine's `stream`;
         the host passes its run-scoped `infer_stream`). Input errors are raised here, before any token."""
-        prompt, template, fmt = self._prompt(model, messages, params, add_generation_prompt=True)
+        prompt, template, fmt, tools = self._prompt(model, messages, params, add_generation_prompt=True)
         inferencing = params.inferencing
-        tools = parse_tools(params.tools if params.tool_choice.kind != "none" else (), params.tool_choice)
         constraint = reply_constraint(tools, params.tool_choice, fmt)
         if constraint is not None and inferencing.constraint is not None:
             raise InvalidInput(
