@@ -157,3 +157,18 @@ def test_bad_tool_call_arguments_name_the_field() -> None:
     bad = [msg("user", "x"), msg("assistant", None, tool_calls=(ToolCall(id="a", name="f", arguments="{x"),))]
     with pytest.raises(InvalidInput, match=r"messages\[1\]\.tool-calls\[0\]\.arguments"):
         service(GEMMA3_TEMPLATE).apply_template("m", bad, (), True)
+
+
+def test_config_keys_and_relative_template_file(tmp_path: Path) -> None:
+    from llmhost.config import load_config
+
+    (tmp_path / "chatml.jinja").write_text(CHATML_TOOLS)
+    config_file = tmp_path / "llmhost.toml"
+    config_file.write_text(
+        '[models.a]\npath = "a.gguf"\nchat-template-file = "chatml.jinja"\n'
+        '[models.b]\npath = "b.gguf"\nchat-template = "{{ messages[0].content }}"\n'
+    )
+    config = load_config(config_file)
+    assert config.models["a"].chat_template_file == tmp_path / "chatml.jinja"
+    assert template_source("a", None, config.models["a"].chat_template_file, None)[0] == CHATML_TOOLS
+    assert config.models["b"].chat_template == "{{ messages[0].content }}"
