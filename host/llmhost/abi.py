@@ -30,6 +30,11 @@ from wasmtime.component import (
 
 from . import policy
 from .types import (
+    ChatEvent,
+    ChatMessage,
+    ChatParams,
+    ChatResult,
+    ChatRole,
     Constraint,
     EmbeddingsResult,
     InferenceResult,
@@ -42,6 +47,10 @@ from .types import (
     StreamDone,
     StreamEvent,
     TokenLogprob,
+    Tool,
+    ToolCall,
+    ToolCallDelta,
+    ToolChoice,
     Usage,
 )
 
@@ -395,3 +404,82 @@ def http_response_from_wit(value: Any) -> tuple[int, HttpFields, bytes]:
 def borrow_resource(rep: int, type_id: int) -> ResourceHost:
     """A borrowed handle to a host resource, to pass to a guest export for the duration of one call."""
     return ResourceHost.borrow(rep, type_id)
+
+
+# -- chat (wit/llm.wit, 0.2.0) ------------------------------------------------------------------------------------
+
+
+def chat_messages_from_wit(values: Iterable[Any]) -> list[ChatMessage]:
+    return [
+        ChatMessage(
+            role=ChatRole(str(value.role)),
+            content=value.content,
+            tool_calls=tuple(
+                ToolCall(id=str(call.id), name=str(call.name), arguments=str(call.arguments))
+                for call in getattr(value, "tool-calls")
+            ),
+            tool_call_id=getattr(value, "tool-call-id"),
+        )
+        for value in values
+    ]
+
+
+def tools_from_wit(values: Iterable[Any]) -> tuple[Tool, ...]:
+    return tuple(Tool(name=str(v.name), description=v.description, parameters=str(v.parameters)) for v in values)
+
+
+def chat_params_from_wit(value: Any | None) -> ChatParams:
+    """`option<chat-params>` -> validated `ChatParams` (raises `InvalidInput` as `params_from_wit` does)."""
+    if value is None:
+        return ChatParams()
+    choice = getattr(value, "tool-choice")
+    tag, payload = (choice.tag, choice.payload) if isinstance(choice, Variant) else (str(choice), None)
+    return ChatParams(
+        inferencing=params_from_wit(value.inferencing),
+        tools=tools_from_wit(value.tools),
+        tool_choice=ToolChoice(kind=tag, name=payload),
+    )
+
+
+def chat_message_to_wit(message: ChatMessage) -> Record:
+    return _record(
+        {
+            "role": message.role.value,
+            "content": None if message.content is None else _string(message.content),
+            "tool-calls": [
+                _record({"id": _string(c.id), "name": _string(c.name), "arguments": _string(c.arguments)})
+                for c in message.tool_calls
+            ],
+            "tool-call-id": None if message.tool_call_id is None else _string(message.tool_call_id),
+        }
+    )
+
+
+def chat_result_to_wit(result: ChatResult) -> Record:
+    return _record(
+        {
+            "message": chat_message_to_wit(result.message),
+            "finish-reason": result.finish_reason.value,
+            "usage": usage_to_wit(result.usage),
+            "logprobs": logprobs_to_wit(result.logprobs),
+        }
+    )
+
+
+def chat_event_to_wit(event: ChatEvent | None) -> Variant | None:
+    """`option<chat-event>`."""
+    if event is None:
+        return None
+    if isinstance(event, ToolCallDelta):
+        delta = _record(
+            {
+                "index": _u32(event.index, "index"),
+                "id": None if event.id is None else _string(event.id),
+                "name": None if event.name is None else _string(event.name),
+                "arguments": _string(event.arguments),
+            }
+        )
+        return Variant("tool-call", delta)
+    wrapped = stream_event_to_wit(event)
+    assert wrapped is not None
+    return Variant("content", wrapped.payload) if wrapped.tag == "chunk" else wrapped

@@ -39,6 +39,10 @@ class ModelConfig(_Section):
     # Host memory the model may hold for swapped-out sequences (idle ones beyond `slots`). Over it, opening or
     # forking a sequence fails with `invalid-input` naming this key; nothing is evicted silently.
     max_swapped_mb: int = Field(policy.MAX_SWAPPED_MB, ge=1)
+    # The chat template (Jinja, Hugging Face conventions) used instead of the model file's
+    # `tokenizer.chat_template`: inline text, or a file (relative to the config file). Inline wins.
+    chat_template: str | None = None
+    chat_template_file: Path | None = None
 
 
 class LlamaCppEngineConfig(_Section):
@@ -143,13 +147,19 @@ def read_config(path: Path, model: type[ConfigModel]) -> ConfigModel:
         raise ConfigError(format_validation_error(e, str(path))) from None
 
 
+def _relative_to(model: ModelConfig, base: Path) -> ModelConfig:
+    update = {
+        key: base / value
+        for key in ("path", "chat_template_file")
+        if isinstance(value := getattr(model, key), Path) and not value.is_absolute()
+    }
+    return model.model_copy(update=update) if update else model
+
+
 def load_config(path: Path | str) -> HostConfig:
     """Read a TOML config; the default model stays available unless the file redefines it."""
     path = Path(path)
     config = read_config(path, HostConfig)
     # Relative model paths are relative to the config file, as a user reading the file expects.
-    fixed = {
-        name: m.model_copy(update={"path": path.parent / m.path}) if m.path and not m.path.is_absolute() else m
-        for name, m in config.models.items()
-    }
+    fixed = {name: _relative_to(m, path.parent) for name, m in config.models.items()}
     return config.model_copy(update={"models": fixed})

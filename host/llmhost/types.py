@@ -15,6 +15,7 @@ class FinishReason(StrEnum):
     STOP = "stop"
     LENGTH = "length"
     CONTENT_FILTER = "content-filter"
+    TOOL_CALLS = "tool-calls"
 
 
 ConstraintKind = Literal["json-schema", "json-object", "regex", "grammar", "choice"]
@@ -180,3 +181,78 @@ class EngineError(LlmError):
 
 class InvalidInput(LlmError):
     kind = "invalid-input"
+
+
+# -- chat (WIT `chat`, `chat-stream`, `apply-chat-template`) ---------------------------------------------------
+
+
+class ChatRole(StrEnum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    arguments: str  # a JSON object, as text
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    role: ChatRole
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str | None = None
+    parameters: str = '{"type": "object"}'  # a JSON Schema, as text
+
+
+class ToolChoice(BaseModel):
+    """`auto`, `none`, `required`, or `named` with `name`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["auto", "none", "required", "named"] = "auto"
+    name: str | None = None
+
+
+class ChatParams(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    inferencing: InferencingParams = Field(default_factory=InferencingParams)
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice = Field(default_factory=ToolChoice)
+
+
+class ChatResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    message: ChatMessage
+    finish_reason: FinishReason
+    usage: Usage
+    logprobs: tuple[TokenLogprob, ...] = ()
+
+
+class ToolCallDelta(BaseModel):
+    """A piece of a streamed tool call: the first of a call has `id` and `name`; `arguments` pieces join up."""
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+ChatEvent = StreamChunk | ToolCallDelta | StreamDone

@@ -156,3 +156,22 @@ def test_runs_on_several_threads_at_once(probe_app: App, run_probe: Callable[...
     with ThreadPoolExecutor(max_workers=4) as pool:
         outcomes = list(pool.map(lambda i: run_probe(probe_app, "infer", MODEL, f"prompt {i}"), range(16)))
     assert [o.value["usage"]["prompt-token-count"] for o in outcomes] == [len(f"prompt {i}") + 1 for i in range(16)]
+
+
+def test_chat_on_the_fake_engine(probe: Probe) -> None:
+    messages = json.dumps([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}])
+    rendered = probe("template", MODEL, messages, "[]", "true")
+    assert rendered.value == "<|system|>Be brief.<|end|>\n<|user|>hi<|end|>\n<|assistant|>"
+    result = probe("chat", MODEL, messages, json.dumps({"inferencing": {"max-tokens": 5}}))
+    assert result.exit_code == 0, result
+    assert result.value["message"] == {"role": "assistant", "content": "Hello", "tool-calls": [], "tool-call-id": None}
+    assert result.value["finish-reason"] == "length"
+    assert result.value["usage"]["prompt-token-count"] == 1 + len(rendered.value.encode())
+    short = json.dumps([{"role": "user", "content": "hi"}])  # the fake engine's window is 64 tokens
+    streamed = probe("chat-stream", MODEL, short, "none")
+    assert "".join(e["content"]["text"] for e in streamed.value["events"] if "content" in e) == FAKE_TEXT
+    assert streamed.value["events"][-1]["done"]["finish-reason"] == "stop"
+    # Tools need the structured-output engine, which the fake engine does not have: a clear invalid-input.
+    tools = json.dumps({"tools": [{"name": "f", "parameters": "{}"}], "tool-choice": "required"})
+    refused = probe("chat", MODEL, messages, tools)
+    assert refused.error is not None and refused.error["kind"] == "invalid-input"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..types import (
     EmbeddingsResult,
@@ -16,6 +16,9 @@ from ..types import (
     StreamEvent,
     TokenLogprob,
 )
+
+if TYPE_CHECKING:
+    from ..chat.template import TemplateInfo
 
 
 @runtime_checkable
@@ -85,6 +88,11 @@ class Engine(Protocol):
         ...
 
     def open_sequence(self, model: str) -> TokenSequence: ...
+
+    def chat_template(self, model: str) -> TemplateInfo:
+        """The model's chat template and the token texts it needs; `InvalidInput` naming the config key when the
+        model has none."""
+        ...
 
     def close(self) -> None: ...
 

@@ -9,9 +9,12 @@ exact rewind possible without a model.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..types import InferencingParams
+
+if TYPE_CHECKING:
+    from ..chat.template import TemplateInfo
 
 # One row of a batch: (slot, position of the first token, tokens).
 BatchRow = tuple[int, int, Sequence[int]]
@@ -45,6 +48,11 @@ class Decoder(Protocol):
     def is_eog(self, token: int) -> bool: ...
 
     def eos(self) -> int: ...
+
+    def chat_template(self) -> TemplateInfo:
+        """The model file's chat template (`source` empty when it has none) and the token texts templates need
+        (`bos_token`, `eos_token`, whether tokenizing adds BOS, the end-of-turn token's text)."""
+        ...
 
     # -- decoding ---------------------------------------------------------------------------------------
     def decode(self, rows: Sequence[BatchRow], logits_at: set[int]) -> int:

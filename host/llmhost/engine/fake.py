@@ -8,6 +8,7 @@ Tokens are UTF-8 bytes (id = byte + 3; 1 = beginning of sequence, 2 = end of gen
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from .. import policy
 from ..types import (
@@ -24,7 +25,16 @@ from ..types import (
 from .base import TokenSequence, collect
 from .generation import GenerationText
 
+if TYPE_CHECKING:
+    from ..chat.template import TemplateInfo
+
 BOS, EOG, BYTE_OFFSET = 1, 2, 3
+
+# A small ChatML-like template for tests of the chat plumbing (it knows neither tools nor tool calls).
+FAKE_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
 
 
 class FakeGeneration:
@@ -119,6 +129,12 @@ class FakeEngine:
     def open_sequence(self, model: str) -> TokenSequence:
         self._check(model)
         raise EngineError('sequences need the llama-cpp engine (set `engine.kind = "llama-cpp"` in the config)')
+
+    def chat_template(self, model: str) -> TemplateInfo:
+        from ..chat.template import TemplateInfo
+
+        self._check(model)
+        return TemplateInfo(source=FAKE_CHAT_TEMPLATE, origin="the fake engine's template")
 
     def close(self) -> None:
         pass

@@ -13,12 +13,15 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..types import InferencingParams
 from .decoder import BatchRow
+
+if TYPE_CHECKING:
+    from ..chat.template import TemplateInfo
 
 BOS, EOG, BYTE_OFFSET = 1, 2, 3
 
@@ -69,6 +72,11 @@ class FakeDecoder:
 
     def eos(self) -> int:
         return EOG
+
+    def chat_template(self) -> TemplateInfo:
+        from ..chat.template import TemplateInfo
+
+        return TemplateInfo(source="", origin="the fake decoder", add_bos=True)
 
     # --- decoding ----------------------------------------------------------------------------------------
     def logits_after(self, history: Sequence[int]) -> Any:

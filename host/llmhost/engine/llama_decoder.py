@@ -14,11 +14,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import ModelConfig
 from ..types import EmbeddingsResult, EngineError, InferencingParams, InvalidInput
 from .decoder import BatchRow
+
+if TYPE_CHECKING:
+    from ..chat.template import TemplateInfo
 from .sampling import build_sampler
 
 log = logging.getLogger(__name__)
@@ -141,6 +144,43 @@ class LlamaDecoder:
 
     def eos(self) -> int:
         return int(self.lib.llama_vocab_eos(self.vocab))
+
+    def meta_string(self, key: str) -> str | None:
+        """A string from the GGUF metadata (None when absent)."""
+        size = 8192
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = int(self.lib.llama_model_meta_val_str(self.model, key.encode(), buf, size))
+            if n < 0:
+                return None
+            if n < size:
+                return buf.raw[:n].decode("utf-8", "replace")
+            size = n + 1
+
+    def special_text(self, token: int) -> str:
+        """A control token's text (`<bos>`), as templates write it ("" for no token)."""
+        if token < 0:
+            return ""
+        buf = ctypes.create_string_buffer(64)
+        n = self.lib.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = self.lib.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
+        return bytes(buf.raw[:n]).decode("utf-8", "replace")
+
+    def chat_template(self) -> TemplateInfo:
+        from ..chat.template import TemplateInfo
+
+        lib, vocab = self.lib, self.vocab
+        eot = int(lib.llama_vocab_eot(vocab))
+        return TemplateInfo(
+            source=self.meta_string("tokenizer.chat_template") or "",
+            origin="the model file's tokenizer.chat_template",
+            bos_token=self.special_text(int(lib.llama_vocab_bos(vocab))),
+            eos_token=self.special_text(int(lib.llama_vocab_eos(vocab))),
+            add_bos=bool(lib.llama_vocab_get_add_bos(vocab)),
+            extra_stops=(self.special_text(eot),) if eot >= 0 else (),
+        )
 
     # --- decoding ----------------------------------------------------------------------------------------
     def decode(self, rows: Sequence[BatchRow], logits_at: set[int]) -> int:

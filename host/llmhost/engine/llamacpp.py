@@ -6,11 +6,13 @@ behind the decoder (llama_decoder.py).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import policy
 from ..config import ModelConfig
@@ -29,6 +31,9 @@ from .model import EngineModel
 from .models import resolve_model_path
 from .scheduler import LlamaGeneration
 from .sequence_state import SeqState
+
+if TYPE_CHECKING:
+    from ..chat.template import TemplateInfo
 
 __all__ = ["LlamaCppEngine", "LlamaModel", "llama_lib"]
 
@@ -123,6 +128,20 @@ class LlamaCppEngine:
 
     def infer(self, model: str, prompt: str, params: InferencingParams) -> InferenceResult:
         return collect(self.stream(model, prompt, params))
+
+    def chat_template(self, model: str) -> TemplateInfo:
+        """The config's template if it sets one, else the model file's, else the built-in one of the embedded
+        default model (Gemma 3, whose GGUF carries none); with the token texts templates need."""
+        from ..chat.template import GEMMA3_TEMPLATE, template_source
+
+        m = self.model(model)
+        config = m.config
+        found = m.decoder.chat_template()
+        builtin = GEMMA3_TEMPLATE if config.path is None else None
+        source, origin = template_source(
+            model, config.chat_template, config.chat_template_file, found.source or None, builtin
+        )
+        return dataclasses.replace(found, source=source, origin=origin)
 
     def embeddings(self, model: str, texts: list[str], check: Callable[[], None] | None = None) -> EmbeddingsResult:
         return self.model(model).embed(texts, check)

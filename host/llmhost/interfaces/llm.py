@@ -10,10 +10,21 @@ from typing import Any
 from wasmtime.component import FuncType, LinkerInstance, ResourceType
 
 from .. import abi, policy
+from ..chat.service import ChatGeneration, ChatService, collect_chat
 from ..engine.base import Engine, Generation, TokenSequence, collect
 from ..runtime.host_funcs import add_func
 from ..runtime.scope import RunScope, ScopedGeneration, ScopedSequence, scope_of
-from ..types import EmbeddingsResult, InferenceResult, InferencingParams, ModelInfo, ModelNotSupported
+from ..types import (
+    ChatMessage,
+    ChatParams,
+    ChatResult,
+    EmbeddingsResult,
+    InferenceResult,
+    InferencingParams,
+    ModelInfo,
+    ModelNotSupported,
+    Tool,
+)
 from .streams import StreamTable
 from .versions import current, interface_names
 
@@ -42,15 +53,17 @@ class LlmService:
         engine: Callable[[], Engine],
         allowed_models: frozenset[str] | None = None,
         allowed_key: str = f"`{ALLOWED_MODELS_KEY}` in the config",
+        chat: ChatService | None = None,
     ) -> None:
         self._engine = engine
         self._allowed_models = allowed_models
         self._allowed_key = allowed_key
+        self._chat = chat if chat is not None else ChatService(engine)
 
     def restricted_to(self, allowed_models: frozenset[str] | None, key: str | None = None) -> LlmService:
         """The same engine, serving only `allowed_models` (None: every configured model); `key` names the config
         key that grants them, for the refusal."""
-        return LlmService(self._engine, allowed_models, key or self._allowed_key)
+        return LlmService(self._engine, allowed_models, key or self._allowed_key, self._chat)
 
     def _check(self, model: str, scope: RunScope | None) -> None:
         if scope is not None:
@@ -95,6 +108,31 @@ class LlmService:
         """The models this component may use."""
         allowed = self._allowed_models
         return [info for info in self._engine().list_models() if allowed is None or info.name in allowed]
+
+    # -- chat: the prompt comes from the model's template; the generation is an `infer_stream` of this run ------
+    def chat_stream(
+        self, model: str, messages: list[ChatMessage], params: ChatParams, scope: RunScope | None = None
+    ) -> ChatGeneration:
+        self._check(model, scope)
+        return self._chat.chat_stream(
+            model, messages, params, start=lambda m, prompt, p: self.infer_stream(m, prompt, p, scope)
+        )
+
+    def chat(
+        self, model: str, messages: list[ChatMessage], params: ChatParams, scope: RunScope | None = None
+    ) -> ChatResult:
+        return collect_chat(self.chat_stream(model, messages, params, scope))
+
+    def apply_chat_template(
+        self,
+        model: str,
+        messages: list[ChatMessage],
+        tools: tuple[Tool, ...],
+        add_generation_prompt: bool,
+        scope: RunScope | None = None,
+    ) -> str:
+        self._check(model, scope)
+        return self._chat.apply_template(model, messages, tools, add_generation_prompt)
 
     def embeddings(self, model: str, texts: list[str], scope: RunScope | None = None) -> EmbeddingsResult:
         self._check(model, scope)
@@ -168,6 +206,11 @@ def define_llm(
             add_func(instance, name, abi.guarded(function, to_wit, encoder, with_store=True), func_type)
         elif name in infallible:
             add_func(instance, name, infallible[name], func_type)
+    from .chat import FUNCTIONS, define_chat  # chat builds on this module's tables
+
+    chat_imports = {name: func_type for name, func_type in imported.items() if name in FUNCTIONS}
+    if chat_imports:
+        define_chat(instance, service, limits, chat_imports)
 
 
 def _listed(service: LlmService) -> list[ModelInfo]:

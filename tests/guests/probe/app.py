@@ -14,6 +14,17 @@ fake engine (tests/integration) and the real llama.cpp engine (tests/e2e):
     seq MODEL SCRIPT_JSON              run a script of `sequences` calls, e.g. [["open", "a"], ["append", "a", "Hi"],
                                        ["generate", "a", PARAMS], ["fork", "a", "b"], ["text", "b"]]: one result per
                                        step ({"ok": ...} or {"err": ...}); the rest of the steps still run
+    chat MODEL MESSAGES_JSON [CHAT_PARAMS_JSON]   MESSAGES_JSON: [{"role", "content", "tool-calls", "tool-call-id"}];
+                                       CHAT_PARAMS_JSON: "none" or {"inferencing": PARAMS|null, "tools": [{"name",
+                                       "description", "parameters"}], "tool-choice": "auto"|"none"|"required"|
+                                       {"named": NAME}}: {"message", "finish-reason", "usage"}
+    chat-stream MODEL MESSAGES_JSON [CHAT_PARAMS_JSON]   every event of chat-stream, then one more next()
+    chat-seeds MODEL MESSAGES_JSON CHAT_PARAMS_JSON N    N chat streams at once, seeds 0..N-1: [{"ok": result}]
+    template MODEL MESSAGES_JSON TOOLS_JSON ADD_GEN   apply-chat-template (ADD_GEN: true|false)
+    chat-seq MODEL MESSAGES_JSON USER_TURNS_JSON PARAMS_JSON   a conversation on one sequence: per user turn, render
+                                       with apply-chat-template, append only what is new since the last render,
+                                       generate: [{"reply", "appended", "evaluated-before", "evaluated-after",
+                                       "len-before"}]
     tokenize MODEL TEXT
     info MODEL
     embed MODEL TEXT...
@@ -259,6 +270,188 @@ def op_infer_seeds(model, prompt, params, count):
     return [{"text": "".join(t), "finish-reason": r} for t, r in zip(texts, reasons, strict=True)]
 
 
+ROLES = {
+    "system": llm.ChatRole.SYSTEM,
+    "user": llm.ChatRole.USER,
+    "assistant": llm.ChatRole.ASSISTANT,
+    "tool": llm.ChatRole.TOOL,
+}
+
+
+def parse_messages(text):
+    return [
+        llm.ChatMessage(
+            role=ROLES[m["role"]],
+            content=m.get("content"),
+            tool_calls=[
+                llm.ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"]) for c in m.get("tool-calls", [])
+            ],
+            tool_call_id=m.get("tool-call-id"),
+        )
+        for m in (json.loads(text) if isinstance(text, str) else text)
+    ]
+
+
+def parse_tools(values):
+    return [llm.Tool(name=t["name"], description=t.get("description"), parameters=t["parameters"]) for t in values]
+
+
+def parse_chat_params(text):
+    if text == "none":
+        return None
+    value = json.loads(text) if isinstance(text, str) else text
+    inferencing = value.get("inferencing")
+    choice = value.get("tool-choice", "auto")
+    if isinstance(choice, dict):
+        tool_choice = llm.ToolChoice_Named(choice["named"])
+    else:
+        # `None` is a Python keyword: the binding's class is `ToolChoice_None_`
+        choices = {"auto": llm.ToolChoice_Auto, "none": llm.ToolChoice_None_, "required": llm.ToolChoice_Required}
+        tool_choice = choices[choice]()
+    return llm.ChatParams(
+        inferencing=None if inferencing is None else parse_params(json.dumps(inferencing)),
+        tools=parse_tools(value.get("tools", [])),
+        tool_choice=tool_choice,
+    )
+
+
+def message_json(m):
+    return {
+        "role": m.role.name.lower(),
+        "content": m.content,
+        "tool-calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls],
+        "tool-call-id": m.tool_call_id,
+    }
+
+
+def chat_result_json(r):
+    value = {
+        "message": message_json(r.message),
+        "finish-reason": r.finish_reason.name.lower().replace("_", "-"),
+        "usage": usage_json(r.usage),
+    }
+    if r.logprobs:
+        value["logprobs"] = logprobs_json(r.logprobs)
+    return value
+
+
+def op_chat(model, messages, params="none"):
+    return chat_result_json(llm.chat(model, parse_messages(messages), parse_chat_params(params)))
+
+
+def op_chat_seeds(model, messages, params, count, at_once="4"):
+    """COUNT chat streams with seeds 0..COUNT-1, AT_ONCE at a time (the host batches them; more than the model's
+    slots would wait unread), read round-robin; each one's result gathered as `chat` returns it (content joined,
+    tool calls from their deltas)."""
+    base = json.loads(params)
+    results = []
+    seeds = list(range(int(count)))
+    while seeds:
+        batch, seeds = seeds[: int(at_once)], seeds[int(at_once) :]
+        results.extend(chat_streams(model, messages, base, batch))
+    return results
+
+
+def chat_streams(model, messages, base, seeds):
+    streams = []
+    for seed in seeds:
+        p = dict(base)
+        p["inferencing"] = {**(base.get("inferencing") or {}), "seed": seed}
+        streams.append(llm.chat_stream(model, parse_messages(messages), parse_chat_params(json.dumps(p))))
+    results = [{"content": [], "calls": {}, "done": None} for _ in streams]
+    while any(r["done"] is None for r in results):
+        for stream, r in zip(streams, results, strict=True):
+            if r["done"] is not None:
+                continue
+            event = stream.next()
+            if isinstance(event, llm.ChatEvent_Content):
+                r["content"].append(event.value.text)
+            elif isinstance(event, llm.ChatEvent_ToolCall):
+                d = event.value
+                call = r["calls"].setdefault(d.index, {"id": None, "name": None, "arguments": ""})
+                call["id"] = d.id or call["id"]
+                call["name"] = d.name or call["name"]
+                call["arguments"] += d.arguments
+            else:
+                r["done"] = event.value
+    for stream in streams:
+        stream.__exit__(None, None, None)
+    return [
+        {
+            "ok": {
+                "message": {
+                    "role": "assistant",
+                    "content": "".join(r["content"]) or None,
+                    "tool-calls": [r["calls"][i] for i in sorted(r["calls"])],
+                    "tool-call-id": None,
+                },
+                "finish-reason": r["done"].finish_reason.name.lower().replace("_", "-"),
+                "usage": usage_json(r["done"].usage),
+            }
+        }
+        for r in results
+    ]
+
+
+def chat_event_json(event):
+    if event is None:
+        return None
+    if isinstance(event, llm.ChatEvent_Content):
+        return {"content": event_json(llm.StreamEvent_Chunk(event.value))["chunk"]}
+    if isinstance(event, llm.ChatEvent_ToolCall):
+        d = event.value
+        return {"tool-call": {"index": d.index, "id": d.id, "name": d.name, "arguments": d.arguments}}
+    return {"done": event_json(llm.StreamEvent_Done(event.value))["done"]}
+
+
+def op_chat_stream(model, messages, params="none"):
+    events = []
+    with llm.chat_stream(model, parse_messages(messages), parse_chat_params(params)) as stream:
+        while True:
+            event = stream.next()
+            events.append(chat_event_json(event))
+            if event is None or isinstance(event, llm.ChatEvent_Done):
+                break
+        after = chat_event_json(stream.next())
+    return {"events": events, "after-done": after}
+
+
+def op_template(model, messages, tools, add_generation_prompt):
+    return llm.apply_chat_template(
+        model, parse_messages(messages), parse_tools(json.loads(tools)), add_generation_prompt == "true"
+    )
+
+
+def op_chat_seq(model, messages, user_turns, params):
+    """A conversation kept on one sequence: each turn appends only the text the template adds since the
+    previous turn (the reply is already in the sequence), so the host evaluates only new tokens."""
+    history = json.loads(messages)
+    turns = []
+    rendered = ""
+    with sequences.Sequence.open(model) as seq:
+        for user in json.loads(user_turns):
+            history.append({"role": "user", "content": user})
+            text = llm.apply_chat_template(model, parse_messages(history), [], True)
+            if not text.startswith(rendered):
+                raise ValueError(f"the template re-rendered history differently: {rendered!r} vs {text!r}")
+            new = text[len(rendered) :]
+            before = {"evaluated-before": seq.evaluated_token_count(), "len-before": seq.len()}
+            seq.append(new)
+            reply = seq.generate(parse_params(params)).text
+            history.append({"role": "assistant", "content": reply})
+            rendered = text + reply
+            turns.append(
+                {
+                    "reply": reply,
+                    "appended": new,
+                    **before,
+                    "evaluated-after": seq.evaluated_token_count(),
+                    "len-after": seq.len(),
+                }
+            )
+    return turns
+
+
 LEAKED = []
 
 
@@ -369,6 +562,11 @@ OPERATIONS = {
     "seq": op_seq,
     "stream-drop": op_stream_drop,
     "stream-idle": op_stream_idle,
+    "chat": op_chat,
+    "chat-seeds": op_chat_seeds,
+    "chat-stream": op_chat_stream,
+    "chat-seq": op_chat_seq,
+    "template": op_template,
     "tokenize": op_tokenize,
     "info": op_info,
     "embed": op_embed,
