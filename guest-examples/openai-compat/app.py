@@ -99,7 +99,9 @@ def chat_logprobs(entries):
             "token": _token_text(e.bytes),
             "logprob": e.logprob,
             "bytes": list(e.bytes),
-            "top_logprobs": [{"token": _token_text(t.bytes), "logprob": t.logprob, "bytes": list(t.bytes)} for t in e.top],
+            "top_logprobs": [
+                {"token": _token_text(t.bytes), "logprob": t.logprob, "bytes": list(t.bytes)} for t in e.top
+            ],
         }
         for e in entries
     ]
@@ -143,7 +145,9 @@ def check_logit_bias(req):
         size = llm.get_model_info(req.model).vocab_size
         for token, _ in req.logit_bias:
             if token >= size:
-                raise BadRequest(f"'logit_bias' token id {token} is not in the vocabulary ({size} tokens)", "logit_bias")
+                raise BadRequest(
+                    f"'logit_bias' token id {token} is not in the vocabulary ({size} tokens)", "logit_bias"
+                )
 
 
 class Exchange:
@@ -327,7 +331,9 @@ def run_prompts(ex, req, logprobs):
     """Several prompts (× n): one fork group per prompt, all decoding together."""
     groups, streams = [], []
     for p, prompt in enumerate(req.prompts):
-        seqs, group = fork_streams(req.model, prompt, lambda i, p=p: inferencing(req, logprobs, None, p * req.n + i), req.n)
+        seqs, group = fork_streams(
+            req.model, prompt, lambda i, p=p: inferencing(req, logprobs, None, p * req.n + i), req.n
+        )
         groups.extend(seqs)
         streams.extend(group)
     try:
@@ -376,7 +382,11 @@ def stream_choices(ex, streams, logprobs, prompts=1):
     usages = [None] * len(streams)
     offsets = [0] * len(streams)
     if ex.chat:
-        ex.send(ex.envelope([chat_choice_delta(i, {"role": "assistant", "content": ""}) for i in range(len(streams))], chunk=True))
+        ex.send(
+            ex.envelope(
+                [chat_choice_delta(i, {"role": "assistant", "content": ""}) for i in range(len(streams))], chunk=True
+            )
+        )
     events = round_robin(streams)
     ended = set()
     try:
@@ -425,7 +435,12 @@ def handle_embeddings(req):
     tokens = result.usage.prompt_token_count
     return json_response(
         200,
-        {"object": "list", "data": data, "model": req.model, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}},
+        {
+            "object": "list",
+            "data": data,
+            "model": req.model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        },
     )
 
 
@@ -440,7 +455,9 @@ def handle_models(model_id=None):
     for info in listed:
         if info.name == model_id:
             return json_response(200, model_json(info))
-    raise BadRequest(f"The model `{model_id}` does not exist or you do not have access to it.", "model", 404, "model_not_found")
+    raise BadRequest(
+        f"The model `{model_id}` does not exist or you do not have access to it.", "model", 404, "model_not_found"
+    )
 
 
 def read_json(request):
@@ -495,7 +512,7 @@ class Handler(exports.Handler):
             return response if response is not None else http.Response(status=200, headers=[], body=b"")
         except BadRequest as error:
             return error_response(error)
-        except Err as error:  # the writer refused: the client left, or the grace after the deadline ran out
+        except Err:  # the writer refused: the client left, or the grace after the deadline ran out
             return http.Response(status=200, headers=[], body=b"")
         except Exception:  # a bug here: answer 500 in OpenAI's shape instead of trapping
             traceback.print_exc()

@@ -143,7 +143,7 @@ class LocalChat:
                 turns.append("<start_of_turn>user\n" + "\n\n".join([*system, text]) + "<end_of_turn>\n")
                 system = []
             else:
-                parts = [m.content or ""] + [json.dumps({"name": n, "arguments": json.loads(a or "{}")}) for _, n, a in m.tool_calls]
+                parts = [m.content or ""] + [_call_text(n, a) for _, n, a in m.tool_calls]
                 turns.append("<start_of_turn>model\n" + "\n".join(p for p in parts if p) + "<end_of_turn>\n")
         if system:
             turns.append("<start_of_turn>user\n" + "\n\n".join(system) + "<end_of_turn>\n")
@@ -171,6 +171,14 @@ class LocalChat:
         if tools and choice[0] != "none":
             return _local_tool_events(stream, tools)
         return _text_events(stream)
+
+
+def _call_text(name, arguments):
+    """An earlier call as the model would have written it (arguments the client sent that are not JSON: as text)."""
+    try:
+        return json.dumps({"name": name, "arguments": json.loads(arguments or "{}")})
+    except ValueError:
+        return json.dumps({"name": name, "arguments": arguments})
 
 
 def _parse_call(text, tools):

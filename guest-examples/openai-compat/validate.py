@@ -310,7 +310,9 @@ def tool_choice(value, specs):
         raise BadRequest("'tool_choice' is only allowed when 'tools' are specified", "tool_choice")
     if isinstance(value, str):
         if value not in ("none", "auto", "required"):
-            raise BadRequest(f"'tool_choice' must be none, auto, required or a named tool; got {value!r}", "tool_choice")
+            raise BadRequest(
+                f"'tool_choice' must be none, auto, required or a named tool; got {value!r}", "tool_choice"
+            )
         return value, None
     obj(value, "tool_choice")
     if value.get("type") != "function":
