@@ -22,12 +22,12 @@ from typing import Any
 from .. import abi
 from ..api import HostError
 from ..interfaces.http import WriteClosed, WriteInvalid
+from ..runtime.scope import RunScope, TokenBudget
 from . import policy
 from .auth import UNAUTHORIZED_BODY, ApiKeys
 from .component import GuestFailure, HttpComponent, HttpRequest, HttpResponse
 from .config import ComponentSettings
 from .deadline import Deadline
-from .scope import RequestScope
 
 _log = logging.getLogger("llmhost.serve")
 _REQUEST_IDS = itertools.count(1)
@@ -101,7 +101,7 @@ class ServeApp:
         self._executor = executor
         self.body_timeout_s = body_timeout_s
         self.max_log_bytes = max_log_bytes
-        self._live: set[RequestScope] = set()
+        self._live: set[RunScope] = set()
 
     def running(self) -> int:
         """Guests running now."""
@@ -130,7 +130,7 @@ class ServeApp:
         component: HttpComponent,
         request: HttpRequest,
         writer: ThreadWriter,
-        scope: RequestScope,
+        scope: RunScope,
         deadline: Deadline,
     ) -> HttpResponse | GuestFailure:
         """On a worker thread: the guest's response, or why there is none (never raises)."""
@@ -142,11 +142,10 @@ class ServeApp:
             return GuestFailure(504, f"the request waited for a free worker past its deadline ({key})")
         self._live.add(scope)
         try:
-            with scope.active():
-                # The instance is interrupted only after the grace in which a guest told of its deadline ends its
-                # response; each write moves this further (`interfaces.http`, see `deadline`).
-                budget = remaining + policy.DEADLINE_GRACE_S
-                return component.handle(request, writer, budget, writer.request_id, self.max_log_bytes)
+            # The instance is interrupted only after the grace in which a guest told of its deadline ends its
+            # response; each write moves this further (`interfaces.http`, see `deadline`).
+            budget = remaining + policy.DEADLINE_GRACE_S
+            return component.handle(request, writer, budget, writer.request_id, self.max_log_bytes, scope)
         except GuestFailure as failure:
             return failure
         except HostError as error:
@@ -183,7 +182,7 @@ class Exchange:
         self.note = ""
         self.overrun: str | None = None  # the deadline passed (the guest is ending its response within the grace)
         self._send_lock = asyncio.Lock()
-        self._scope: RequestScope | None = None
+        self._scope: RunScope | None = None
 
     async def run(self) -> None:
         try:
@@ -229,7 +228,8 @@ class Exchange:
                 key = component.settings.limit_key("max_body_bytes")
                 await self.respond(413, f"the request body is over the limit of {limits.max_body_bytes} bytes ({key})")
             return
-        scope = self._scope = RequestScope(component.settings)
+        budget = TokenBudget(limits.max_tokens, component.settings.limit_key("max_tokens"))
+        scope = self._scope = RunScope(f"request to {component.name}", budget)
         deadline = Deadline(self._arrived, limits.deadline_s, limits.max_duration_s)
         request = HttpRequest(self.method, self.path_with_query, self.headers, body)
         writer = ThreadWriter(self, deadline)
@@ -255,7 +255,7 @@ class Exchange:
             watcher.cancel()
 
     async def _outcome(
-        self, work: asyncio.Future[HttpResponse | GuestFailure], scope: RequestScope, deadline: Deadline, component: Any
+        self, work: asyncio.Future[HttpResponse | GuestFailure], scope: RunScope, deadline: Deadline, component: Any
     ) -> HttpResponse | GuestFailure:
         # The deadline moves with every write (see `deadline`): wait, re-reading it, until it stays passed.
         while not work.done() and deadline.left() > 0:
@@ -355,12 +355,12 @@ class Exchange:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    async def _watch_disconnect(self, scope: RequestScope) -> None:
+    async def _watch_disconnect(self, scope: RunScope) -> None:
         message = await self._receive()
         if message["type"] == "http.disconnect":
             self._close(_CLIENT_GONE, scope)
 
-    def _close(self, reason: str, scope: RequestScope) -> None:
+    def _close(self, reason: str, scope: RunScope) -> None:
         if self.closed is None:
             self.closed = reason
         scope.cancel(reason)
