@@ -95,7 +95,6 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-
 def run(settings: ServeSettings, log_level: str = "info") -> int:
     """Serve until SIGINT/SIGTERM; returns the exit status (0 after a graceful shutdown)."""
     configure_logging(log_level)
