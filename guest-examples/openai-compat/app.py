@@ -351,12 +351,16 @@ def collect_choices(ex, streams, prompts=1):
     lps = [[] for _ in streams]
     reasons = [None] * len(streams)
     usages = [None] * len(streams)
-    for i, event in round_robin(streams):
-        if event[0] == "content":
-            texts[i].append(event[1].text)
-            lps[i].extend(event[1].logprobs)
-        else:
-            reasons[i], usages[i] = finish_name(event[1]), event[2]
+    events = round_robin(streams)
+    try:
+        for i, event in events:
+            if event[0] == "content":
+                texts[i].append(event[1].text)
+                lps[i].extend(event[1].logprobs)
+            else:
+                reasons[i], usages[i] = finish_name(event[1]), event[2]
+    finally:
+        events.close()  # on an error, the other choices' generations stop too
     choices = []
     want_logprobs = (ex.req.logprobs if not ex.chat else chat_logprobs_param(ex.req)) is not None
     for i in range(len(streams)):
