@@ -5,6 +5,7 @@ types, and how deadlines end streamed and non-streamed answers. One server for t
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ pytestmark = [pytest.mark.model, pytest.mark.wasm]
 MODEL = "gemma-3-270m"
 API_KEY = "sk-test-4c7e0b9d2f"  # must never show up in the server's log
 SHORT_DEADLINE_S = 2.0  # the /short route: time to first byte and between writes
-SHORT_CAP_S = 4.0  # the /short route: the whole request
+CAP_S = 6.0  # the /capped route: the whole request (its idle deadline is long)
 WEATHER_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
@@ -57,16 +58,24 @@ deadline-s = 120  # generous: the machine's two cores are shared with other work
 source = "{wasm}"
 [components.short.limits]
 deadline-s = {SHORT_DEADLINE_S}
-max-duration-s = {SHORT_CAP_S}
+
+[components.capped]
+source = "{wasm}"
+[components.capped.limits]
+deadline-s = 60
+max-duration-s = {CAP_S}
 
 [routes]
 "/v1" = "openai"
 "/short" = "short"
+"/capped" = "capped"
 
 # One llama.cpp thread: its spinning threads slow down a hundredfold when they share both cores with other work
-# (the background optimising compile of the component, the test process).
+# (the background optimising compile of the component, the test process). Short prompt chunks: a cancelled
+# generation stops after the step under way, well within the grace the deadline tests rely on.
 [models.gemma-3-270m]
 threads = 1
+batch-size = 128
 """
     )
     with serving(["-c", str(config)], llmhost_cache_dir) as running:
@@ -340,7 +349,7 @@ def test_seed_stop_and_penalties(client: Any) -> None:
 def test_a_stream_at_its_cap_ends_with_a_finish_reason_and_done(server: Server) -> None:
     from openai import OpenAI
 
-    short = OpenAI(base_url=f"{server.url}/short/v1", api_key=API_KEY, max_retries=0, timeout=60)
+    short = OpenAI(base_url=f"{server.url}/capped/v1", api_key=API_KEY, max_retries=0, timeout=60)
     stream = short.chat.completions.create(
         model=MODEL,
         messages=[{"role": "user", "content": "Write a very long story about a dragon."}],
@@ -351,6 +360,34 @@ def test_a_stream_at_its_cap_ends_with_a_finish_reason_and_done(server: Server) 
     chunks = list(stream)  # the client would raise on a cut stream or an error event
     assert chunks[-1].choices[0].finish_reason == "length"
     assert sum(len(c.choices[0].delta.content or "") for c in chunks) > 0
+
+
+def test_a_stalled_stream_ends_with_an_error_event_and_done(server: Server, client: Any) -> None:
+    """A prompt whose evaluation outlasts the idle deadline after the stream started: the server cancels the
+    generation, and the app ends the stream itself within the grace (an error event, then [DONE]).
+
+    The engine notices a cancellation between decode steps, and a reader evaluating a long prompt may run its
+    steps back to back, so the prompt is sized from a measured prefill rate to take about 4 s: past the 2 s idle
+    deadline, well within the 5 s grace after it."""
+    probe = "Count the animals: " + "a cat and a horse and a cow and a goat and " * 60
+    started = time.monotonic()
+    measured = client.completions.create(model=MODEL, prompt=probe, max_tokens=1, temperature=0)
+    rate = measured.usage.prompt_tokens / (time.monotonic() - started)
+    words = int(rate * (SHORT_DEADLINE_S + 2.0) / 9)  # the sentence below is about 9 tokens
+    long_prompt = "Summarise this: " + "the quick brown fox jumps over the lazy dog " * max(words, 20)
+    status, body = server.request(
+        "POST",
+        "/short/v1/chat/completions",
+        json.dumps(
+            {"model": MODEL, "messages": [{"role": "user", "content": long_prompt}], "max_tokens": 8, "stream": True}
+        ).encode(),
+        {"content-type": "application/json", "authorization": f"Bearer {API_KEY}"},
+    )
+    assert status == 200  # a complete body: the stream was ended, not cut
+    events = [e.removeprefix("data: ") for e in body.decode().split("\n\n") if e]
+    assert events[-1] == "[DONE]"
+    error = json.loads(events[-2])["error"]
+    assert error["code"] == "timeout" and "deadline" in error["message"]
 
 
 def test_a_non_streamed_overrun_is_a_json_error(server: Server) -> None:
