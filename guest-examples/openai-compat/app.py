@@ -21,7 +21,7 @@ import traceback
 import uuid
 from urllib.parse import unquote
 
-from backend import CHAT, fork_streams, round_robin
+from backend import CHAT, fork_sequences, round_robin
 from componentize_py_types import Err
 from validate import PENALTY_WINDOW, BadRequest, ChatRequest, CompletionRequest, EmbeddingRequest
 from wit_world import exports
@@ -304,9 +304,9 @@ def handle_completions(req, writer):
         }
         u = result.usage
         return json_response(200, ex.envelope([choice], usage_json(u.prompt_token_count, u.generated_token_count)))
-    stream = llm.infer_stream(req.model, prompt, params)
+    events = round_robin(lambda _: llm.infer_stream(req.model, prompt, params), 1)  # input errors raise here
     ex.start()
-    return stream_choices(ex, [stream], logprobs)
+    return stream_choices(ex, events, 1, logprobs)
 
 
 def completion_choice(index, text, reason, logprobs=None):
@@ -316,12 +316,13 @@ def completion_choice(index, text, reason, logprobs=None):
 def run_forks(ex, prompt, params_for):
     """n choices of one prompt, as forks of one sequence that decode together."""
     req = ex.req
-    seqs, streams = fork_streams(req.model, prompt, params_for, req.n)
+    seqs = fork_sequences(req.model, prompt, req.n)
     try:
+        events = round_robin(lambda i: seqs[i].generate_stream(params_for(i)), req.n)
         if req.stream:
             ex.start()
-            return stream_choices(ex, streams, chat_logprobs_param(req) if ex.chat else req.logprobs)
-        return collect_choices(ex, streams)
+            return stream_choices(ex, events, req.n, chat_logprobs_param(req) if ex.chat else req.logprobs)
+        return collect_choices(ex, events, req.n)
     finally:
         for seq in seqs:
             seq.__exit__(None, None, None)
@@ -329,29 +330,26 @@ def run_forks(ex, prompt, params_for):
 
 def run_prompts(ex, req, logprobs):
     """Several prompts (× n): one fork group per prompt, all decoding together."""
-    groups, streams = [], []
-    for p, prompt in enumerate(req.prompts):
-        seqs, group = fork_streams(
-            req.model, prompt, lambda i, p=p: inferencing(req, logprobs, None, p * req.n + i), req.n
-        )
-        groups.extend(seqs)
-        streams.extend(group)
+    groups = []
     try:
+        for prompt in req.prompts:
+            groups.extend(fork_sequences(req.model, prompt, req.n))
+        count = len(groups)
+        events = round_robin(lambda k: groups[k].generate_stream(inferencing(req, logprobs, None, k)), count)
         if req.stream:
             ex.start()
-            return stream_choices(ex, streams, logprobs, prompts=len(req.prompts))
-        return collect_choices(ex, streams, prompts=len(req.prompts))
+            return stream_choices(ex, events, count, logprobs, prompts=len(req.prompts))
+        return collect_choices(ex, events, count, prompts=len(req.prompts))
     finally:
         for seq in groups:
             seq.__exit__(None, None, None)
 
 
-def collect_choices(ex, streams, prompts=1):
-    texts = [[] for _ in streams]
-    lps = [[] for _ in streams]
-    reasons = [None] * len(streams)
-    usages = [None] * len(streams)
-    events = round_robin(streams)
+def collect_choices(ex, events, count, prompts=1):
+    texts = [[] for _ in range(count)]
+    lps = [[] for _ in range(count)]
+    reasons = [None] * count
+    usages = [None] * count
     try:
         for i, event in events:
             if event[0] == "content":
@@ -363,7 +361,7 @@ def collect_choices(ex, streams, prompts=1):
         events.close()  # on an error, the other choices' generations stop too
     choices = []
     want_logprobs = (ex.req.logprobs if not ex.chat else chat_logprobs_param(ex.req)) is not None
-    for i in range(len(streams)):
+    for i in range(count):
         text = "".join(texts[i])
         if ex.chat:
             logprobs = {"content": chat_logprobs(lps[i]), "refusal": None} if want_logprobs else None
@@ -372,7 +370,7 @@ def collect_choices(ex, streams, prompts=1):
         else:
             logprobs = completion_logprobs(lps[i]) if want_logprobs else None
             choices.append(completion_choice(i, text, reasons[i], logprobs))
-    return json_response(200, ex.envelope(choices, total_usage(usages, len(streams) // prompts)))
+    return json_response(200, ex.envelope(choices, total_usage(usages, count // prompts)))
 
 
 def total_usage(usages, per_prompt):
@@ -381,17 +379,14 @@ def total_usage(usages, per_prompt):
     return usage_json(prompt, sum(u.generated_token_count for u in usages if u is not None))
 
 
-def stream_choices(ex, streams, logprobs, prompts=1):
+def stream_choices(ex, events, count, logprobs, prompts=1):
     """Streams read in turn, each event sent as a chunk of its choice; every choice ends with its finish_reason."""
-    usages = [None] * len(streams)
-    offsets = [0] * len(streams)
+    usages = [None] * count
+    offsets = [0] * count
     if ex.chat:
         ex.send(
-            ex.envelope(
-                [chat_choice_delta(i, {"role": "assistant", "content": ""}) for i in range(len(streams))], chunk=True
-            )
+            ex.envelope([chat_choice_delta(i, {"role": "assistant", "content": ""}) for i in range(count)], chunk=True)
         )
-    events = round_robin(streams)
     ended = set()
     try:
         for i, event in events:
@@ -414,7 +409,7 @@ def stream_choices(ex, streams, logprobs, prompts=1):
                 ex.send(ex.envelope([choice], chunk=True))
             if ex.winding_down():
                 events.close()  # drops every stream still open: the host cancels their generations
-                for k in range(len(streams)):
+                for k in range(count):
                     if k not in ended:
                         choice = chat_choice_delta(k, {}, "length") if ex.chat else completion_choice(k, "", "length")
                         ex.send(ex.envelope([choice], chunk=True))
@@ -425,7 +420,7 @@ def stream_choices(ex, streams, logprobs, prompts=1):
         events.close()
         ex.end_with_error(llm_error(error, ex.req.model, ex.writer))
         return None
-    ex.end(total_usage(usages, len(streams) // prompts))
+    ex.end(total_usage(usages, count // prompts))
     return None
 
 

@@ -228,23 +228,38 @@ CHAT = HostChat() if HAS_CHAT else LocalChat()
 # -- n choices: forks of one sequence, decoding together ------------------------------------------------------------
 
 
-def fork_streams(model, prompt, params_for, n):
-    """n generations of `prompt` that share its KV cache: the prompt is evaluated once into a sequence, forked
-    n - 1 times, and every fork generates at once (the host batches them into one decode per step).
-    `params_for(i)` gives choice i's params (its own seed). Returns the streams (the caller reads them in turn)."""
+# Choices generating at once. The host's default is 4 slots per model; a generation beyond its model's slots waits
+# for one, and one that waits while its reader is blocked on another choice would wait for good (the running
+# choices pause, a few events ahead, until they are read). So at most this many run at once; the next starts as
+# soon as one ends.
+WINDOW = 4
+
+
+def fork_sequences(model, prompt, n):
+    """n sequences holding `prompt`, sharing its KV cache: the prompt is evaluated once, then forked n - 1 times
+    (a fork copies no cells). Their generations decode together: the host batches them into one step."""
     root = sequences.Sequence.open(model)
     root.append(prompt)
-    seqs = [root] + [root.fork() for _ in range(n - 1)]
-    return seqs, [seq.generate_stream(params_for(i)) for i, seq in enumerate(seqs)]
+    return [root] + [root.fork() for _ in range(n - 1)]
 
 
 class round_robin:
-    """(choice index, event) from n streams read in turn, so they advance together; text events as
-    ("content", chunk) and the last as ("done", finish-reason, usage). `close()` drops every stream still open."""
+    """(choice index, event) from n generations read in turn, so they advance together; text events as
+    ("content", chunk) and the last as ("done", finish-reason, usage). `start(i)` opens choice i's stream: at most
+    `window` are open at once (see WINDOW), the first ones now (so input errors are raised here). `close()` drops
+    every stream still open."""
 
-    def __init__(self, streams):
-        self._live = [(i, _text_events(s)) for i, s in enumerate(streams)]
+    def __init__(self, start, n, window=WINDOW):
+        self._start, self._n, self._opened = start, n, 0
+        self._live = []
         self._turn = 0
+        while self._opened < min(n, window):
+            self._open()
+
+    def _open(self):
+        i = self._opened
+        self._opened += 1
+        self._live.append((i, _text_events(self._start(i))))
 
     def __iter__(self):
         return self
@@ -256,6 +271,8 @@ class round_robin:
             event = next(events, None)
             if event is None or event[0] == "done":
                 self._live.pop(self._turn)
+                if self._opened < self._n:
+                    self._open()
             else:
                 self._turn += 1
             if event is not None:
@@ -266,3 +283,4 @@ class round_robin:
         for _, events in self._live:
             events.close()
         self._live = []
+        self._opened = self._n
