@@ -14,7 +14,7 @@ setup(
         "llmhost": ["py.typed"],
         "llmhost.wit": ["*.wit", "0.1.0/*.wit"],
         # The guest examples are also `llmhost new`'s templates (llmhost/templates).
-        "llmhost.examples": ["*/app.py", "*/README.md", "*/pyproject.toml"],
+        "llmhost.examples": ["*/*.py", "*/README.md", "*/pyproject.toml"],  # app.py and its modules
     },
     include_package_data=False,
 )

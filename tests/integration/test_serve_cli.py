@@ -6,6 +6,7 @@ disconnects — and must keep serving; the shutdown tests start their own server
 
 from __future__ import annotations
 
+import http.client
 import json
 import signal
 import socket
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from llmhost.serve.policy import DEADLINE_GRACE_S
 from serve_driver import Server, serving
 
 pytestmark = pytest.mark.wasm
@@ -25,6 +27,7 @@ DEADLINE_S = 3.0
 MEMORY_MB = 64
 BODY_LIMIT = 1024
 OPEN_TOKEN_LIMIT = 3
+CAP_S = 4.0
 REQUEST_LINE = r"INFO llmhost\.serve: \[\w+\] {method} {path} (\d+) ([\d.]+)s tokens=(\d+)(.*)$"
 
 
@@ -59,9 +62,15 @@ env = {{ GREETING = "hi" }}
 read-only-dir = "data"
 guest-dir = "/data"
 
+[components.capped]
+source = "{probe}"
+[components.capped.limits]
+max-duration-s = {CAP_S}
+
 [routes]
 "/" = "open"
 "/granted" = "granted"
+"/capped" = "capped"
 """
     )
     return config
@@ -182,8 +191,43 @@ def test_a_runaway_guest_gets_504_at_its_deadline_and_others_are_unaffected(serv
     looping.join(timeout=DEADLINE_S + 10)
     assert outcome["status"] == 504
     assert "deadline of 3.0 s" in bytes(outcome["body"]).decode()  # type: ignore[arg-type]
-    assert DEADLINE_S <= float(outcome["elapsed"]) < DEADLINE_S + 2  # type: ignore[arg-type]
+    # Interrupted after the grace in which a guest told of its deadline may end its response.
+    assert DEADLINE_S <= float(outcome["elapsed"]) < DEADLINE_S + DEADLINE_GRACE_S + 1.5  # type: ignore[arg-type]
     assert server.request("GET", "/hello") == (200, b"hello")
+
+
+def test_a_stream_making_progress_outlives_the_deadline(server: Server) -> None:
+    """`deadline-s` bounds the time to the first byte and between writes, not a stream that makes progress."""
+    started = time.monotonic()
+    status, body = server.request("GET", "/drip?n=5&ms=1000")
+    assert status == 200 and body.endswith(b"tick 4\nend\n")
+    assert time.monotonic() - started > DEADLINE_S + 1
+
+
+def test_a_stalled_stream_is_told_and_ends_its_response_within_the_grace(server: Server) -> None:
+    mark = len(server.lines)
+    connection = server.connection()
+    started = time.monotonic()
+    connection.request("GET", "/stall")
+    response = connection.getresponse()
+    body = response.read()  # a complete chunked body: no IncompleteRead
+    elapsed = time.monotonic() - started
+    connection.close()
+    assert body == b"start\ntold\nend\n"
+    assert DEADLINE_S <= elapsed < DEADLINE_S + DEADLINE_GRACE_S
+    line = server.wait_for_line(REQUEST_LINE.format(method="GET", path="/stall"), 10, mark)
+    assert "ended within the grace" in line.group(4)
+
+
+def test_max_duration_caps_a_stream_however_steady(server: Server) -> None:
+    connection = server.connection()
+    started = time.monotonic()
+    connection.request("GET", "/capped/drip?n=100&ms=300")
+    response = connection.getresponse()
+    with pytest.raises(http.client.IncompleteRead):  # cut: the guest did not end it (it ignores its deadline)
+        response.read()
+    connection.close()
+    assert CAP_S <= time.monotonic() - started < CAP_S + DEADLINE_GRACE_S + 1.5
 
 
 def test_streamed_bytes_reach_the_client_before_the_guest_finishes(server: Server) -> None:

@@ -12,10 +12,12 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from wasmtime import _ffi as ffi
 from wasmtime.component import FuncType, LinkerInstance, ResourceType
 
 from .. import abi
 from ..runtime.host_funcs import add_func
+from ..runtime.sandbox import deadline_ticks
 from ..types import LlmError
 from .versions import current, interface_names
 
@@ -53,6 +55,11 @@ class ResponseWriter(Protocol):
         """Milliseconds before the request's deadline (0 when it has passed). Never raises."""
         ...
 
+    def run_budget_s(self) -> float | None:
+        """How much longer the guest's instance may run, read after each successful start/write (a streamed
+        response that makes progress earns more time); None: unchanged. Never raises."""
+        ...
+
 
 class WriterTable:
     """Writers lent to guests, by handle rep. Thread-safe: every request runs on its own thread."""
@@ -88,10 +95,14 @@ def define_http(instance: LinkerInstance, writers: WriterTable, imported: dict[s
     """Register the `http` interface's resource and methods, typed by the component's own imports."""
 
     def start(store: Any, this: Any, status: int, headers: Any) -> None:
-        writers.get(abi.resource_rep(store, this)).start(status, abi.http_fields_from_wit(headers))
+        writer = writers.get(abi.resource_rep(store, this))
+        writer.start(status, abi.http_fields_from_wit(headers))
+        _extend_epoch(store, writer)
 
     def write(store: Any, this: Any, chunk: bytes) -> None:
-        writers.get(abi.resource_rep(store, this)).write(bytes(chunk))
+        writer = writers.get(abi.resource_rep(store, this))
+        writer.write(bytes(chunk))
+        _extend_epoch(store, writer)
 
     methods: dict[str, Callable[..., None]] = {
         "[method]response-writer.start": start,
@@ -105,6 +116,15 @@ def define_http(instance: LinkerInstance, writers: WriterTable, imported: dict[s
             add_func(instance, name, abi.guarded(methods[name], lambda _: None, encoder, with_store=True), func_type)
         elif name == "[method]response-writer.time-left-ms":
             add_func(instance, name, lambda store, this: _time_left_ms(writers, store, this), func_type)
+
+
+def _extend_epoch(store: Any, writer: ResponseWriter) -> None:
+    """Move the instance's interruption (epoch deadline) to the writer's budget: the store was created with the
+    time to the first byte, and a response that keeps streaming must not be stopped by it."""
+    budget = writer.run_budget_s()
+    if budget is not None:
+        # `store` is the calling instance's store context (a host call runs inside it).
+        ffi.wasmtime_context_set_epoch_deadline(store._context(), deadline_ticks(budget))
 
 
 def _time_left_ms(writers: WriterTable, store: Any, this: Any) -> int:

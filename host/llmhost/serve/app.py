@@ -24,7 +24,10 @@ from ..api import HostError
 from ..interfaces.http import WriteClosed, WriteInvalid
 from ..runtime.scope import RunScope, TokenBudget
 from . import policy
+from .auth import UNAUTHORIZED_BODY, ApiKeys
 from .component import GuestFailure, HttpComponent, HttpRequest, HttpResponse
+from .config import ComponentSettings
+from .deadline import Deadline
 
 _log = logging.getLogger("llmhost.serve")
 _REQUEST_IDS = itertools.count(1)
@@ -69,6 +72,17 @@ def _encode_headers(headers: abi.HttpFields) -> list[tuple[bytes, bytes]]:
     return [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers if n.lower() not in FRAMING_HEADERS]
 
 
+def overrun_reason(settings: ComponentSettings, deadline: Deadline) -> str:
+    """Why a request was stopped: it stalled (idle deadline) or ran as long as any request may (the cap)."""
+    limits = settings.limits
+    if deadline.capped():
+        return f"the request ran for its limit of {limits.max_duration_s} s ({settings.limit_key('max_duration_s')})"
+    return (
+        f"the request ran past its deadline of {limits.deadline_s} s without a response or progress "
+        f"({settings.limit_key('deadline_s')})"
+    )
+
+
 class ServeApp:
     """Routes by longest matching path prefix to components; one `Exchange` per request."""
 
@@ -79,7 +93,9 @@ class ServeApp:
         executor: concurrent.futures.Executor,
         body_timeout_s: float = policy.DEFAULT_BODY_TIMEOUT_S,
         max_log_bytes: int = policy.DEFAULT_MAX_LOG_BYTES,
+        api_keys: ApiKeys | None = None,
     ) -> None:
+        self.api_keys = api_keys if api_keys is not None else ApiKeys()
         self._components = components
         self._routes = sorted(routes.items(), key=lambda item: len(item[0]), reverse=True)
         self._executor = executor
@@ -110,10 +126,15 @@ class ServeApp:
         await Exchange(self, scope, receive, send).run()
 
     def _run_guest(
-        self, component: HttpComponent, request: HttpRequest, writer: ThreadWriter, scope: RunScope, deadline: float
+        self,
+        component: HttpComponent,
+        request: HttpRequest,
+        writer: ThreadWriter,
+        scope: RunScope,
+        deadline: Deadline,
     ) -> HttpResponse | GuestFailure:
         """On a worker thread: the guest's response, or why there is none (never raises)."""
-        remaining = deadline - time.monotonic()
+        remaining = deadline.left()
         if scope.cancelled is not None:  # the client left while the request waited for a thread
             return GuestFailure(CLIENT_CLOSED_STATUS, scope.cancelled)
         if remaining <= 0:
@@ -121,7 +142,10 @@ class ServeApp:
             return GuestFailure(504, f"the request waited for a free worker past its deadline ({key})")
         self._live.add(scope)
         try:
-            return component.handle(request, writer, remaining, writer.request_id, self.max_log_bytes, scope)
+            # The instance is interrupted only after the grace in which a guest told of its deadline ends its
+            # response; each write moves this further (`interfaces.http`, see `deadline`).
+            budget = remaining + policy.DEADLINE_GRACE_S
+            return component.handle(request, writer, budget, writer.request_id, self.max_log_bytes, scope)
         except GuestFailure as failure:
             return failure
         except HostError as error:
@@ -156,6 +180,7 @@ class Exchange:
         self.status = 0  # what was sent (0: nothing yet)
         self.closed: str | None = None  # why the guest's writes are refused from now on
         self.note = ""
+        self.overrun: str | None = None  # the deadline passed (the guest is ending its response within the grace)
         self._send_lock = asyncio.Lock()
         self._scope: RunScope | None = None
 
@@ -189,6 +214,9 @@ class Exchange:
         if component is None:
             await self.respond(404, f"no route for {self.path}")
             return
+        if not self._app.api_keys.allows(self.headers):
+            await self.respond_unauthorized()
+            return
         limits = component.settings.limits
         try:
             body = await asyncio.wait_for(self._read_body(limits.max_body_bytes), self._app.body_timeout_s)
@@ -202,7 +230,7 @@ class Exchange:
             return
         budget = TokenBudget(limits.max_tokens, component.settings.limit_key("max_tokens"))
         scope = self._scope = RunScope(f"request to {component.name}", budget)
-        deadline = self._arrived + limits.deadline_s
+        deadline = Deadline(self._arrived, limits.deadline_s, limits.max_duration_s)
         request = HttpRequest(self.method, self.path_with_query, self.headers, body)
         writer = ThreadWriter(self, deadline)
         work = self._loop.run_in_executor(
@@ -227,17 +255,21 @@ class Exchange:
             watcher.cancel()
 
     async def _outcome(
-        self, work: asyncio.Future[HttpResponse | GuestFailure], scope: RunScope, deadline: float, component: Any
+        self, work: asyncio.Future[HttpResponse | GuestFailure], scope: RunScope, deadline: Deadline, component: Any
     ) -> HttpResponse | GuestFailure:
-        done, _ = await asyncio.wait({work}, timeout=max(0.0, deadline - time.monotonic()))
-        if not done:
-            limit = component.settings.limits.deadline_s
-            reason = f"the request ran past its deadline of {limit} s ({component.settings.limit_key('deadline_s')})"
-            self._close(reason, scope)
-            # The guest is interrupted at the same deadline (epoch) and its generations are cancelled; give it a
-            # moment to return, then answer without it (a guest blocked in a host call finishes on its own).
-            done, _ = await asyncio.wait({work}, timeout=policy.DEADLINE_GRACE_S)
-            if not done:
+        # The deadline moves with every write (see `deadline`): wait, re-reading it, until it stays passed.
+        while not work.done() and deadline.left() > 0:
+            await asyncio.wait({work}, timeout=deadline.left())
+        if not work.done():
+            reason = overrun_reason(component.settings, deadline)
+            # Tell the guest first: its generations end with an error naming the deadline, and its writes are still
+            # taken for the grace, so it can end its response properly (a stream's last event, a JSON error).
+            self.overrun = reason
+            scope.cancel(reason)
+            await asyncio.wait({work}, timeout=policy.DEADLINE_GRACE_S)
+            if not work.done():
+                # It is interrupted now (epoch); answer without it (a guest blocked in a host call ends on its own).
+                self._close(reason, scope)
                 return GuestFailure(504, reason)
         return work.result()
 
@@ -247,6 +279,8 @@ class Exchange:
             return
         if self.closed is not None and isinstance(outcome, HttpResponse):
             outcome = GuestFailure(504, self.closed)  # it answered, but only after its deadline
+        if isinstance(outcome, HttpResponse) and self.overrun is not None:
+            self.note = f"ended within the grace: {self.overrun}"
         if isinstance(outcome, GuestFailure):
             self.note = outcome.reason
             if self.status == 0:
@@ -280,6 +314,21 @@ class Exchange:
             await self._send_now({"type": "http.response.start", "status": status, "headers": headers})
             self.status = status
             await self._send_now({"type": "http.response.body", "body": body, "more_body": False})
+        except OSError:
+            self.note = _CLIENT_GONE
+
+    async def respond_unauthorized(self) -> None:
+        """401 in OpenAI's error shape (see `auth`); the presented key is never logged."""
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"www-authenticate", b'Bearer realm="llmhost"'),
+            (b"content-length", str(len(UNAUTHORIZED_BODY)).encode()),
+        ]
+        self.note = "no valid API key"
+        try:
+            await self._send_now({"type": "http.response.start", "status": 401, "headers": headers})
+            self.status = 401
+            await self._send_now({"type": "http.response.body", "body": UNAUTHORIZED_BODY, "more_body": False})
         except OSError:
             self.note = _CLIENT_GONE
 
@@ -341,27 +390,30 @@ class Exchange:
                 self.closed = _CLIENT_GONE
                 raise WriteClosed(_CLIENT_GONE) from None
 
-    def call(self, coroutine: Coroutine[Any, Any, None], deadline: float) -> None:
-        """From the guest's thread: run `coroutine` on the loop and wait for it, at most until the deadline."""
+    def call(self, coroutine: Coroutine[Any, Any, None], deadline: Deadline) -> None:
+        """From the guest's thread: run `coroutine` on the loop and wait for it, at most until the deadline (and its
+        grace); the bytes reaching the connection move the deadline on."""
         try:
             future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
         except RuntimeError:  # the loop is gone: the server has stopped
             coroutine.close()
             raise WriteClosed("the server has stopped") from None
         try:
-            future.result(timeout=max(0.0, deadline - time.monotonic()) + policy.DEADLINE_GRACE_S)
+            future.result(timeout=deadline.left() + policy.DEADLINE_GRACE_S)
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise WriteClosed("the request's deadline passed") from None
         except concurrent.futures.CancelledError:
             raise WriteClosed("the server is shutting down") from None
+        if self.overrun is None:
+            deadline.progress()
 
 
 class ThreadWriter:
     """The `response-writer` a guest gets (`interfaces.http.ResponseWriter`); its methods run on the guest's
     thread and block until the loop has sent the bytes."""
 
-    def __init__(self, exchange: Exchange, deadline: float) -> None:
+    def __init__(self, exchange: Exchange, deadline: Deadline) -> None:
         self.request_id = exchange.request_id
         self._exchange = exchange
         self._deadline = deadline
@@ -377,7 +429,14 @@ class ThreadWriter:
         self._started = True
 
     def time_left_ms(self) -> int:
-        return max(0, int((self._deadline - time.monotonic()) * 1000))
+        if self._exchange.overrun is not None:
+            return 0  # the deadline has passed: the guest is in its grace
+        return int(self._deadline.left() * 1000)
+
+    def run_budget_s(self) -> float:
+        if self._exchange.overrun is not None:  # told of its deadline: what is left of the grace, no more
+            return policy.DEADLINE_GRACE_S
+        return self._deadline.left() + policy.DEADLINE_GRACE_S
 
     def write(self, chunk: bytes) -> None:
         if not self._started:

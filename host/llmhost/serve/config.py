@@ -8,7 +8,7 @@ component). Every error names the file and the key.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -25,6 +25,7 @@ from ..config import (
     read_config,
 )
 from . import policy
+from .auth import ApiKeys, load_api_keys
 
 
 def _kebab(name: str) -> str:
@@ -38,7 +39,8 @@ class _Section(BaseModel):
 class Limits(_Section):
     """What one request may use ([limits], the defaults of every component)."""
 
-    deadline_s: float = Field(policy.DEFAULT_DEADLINE_S, gt=0)
+    deadline_s: float = Field(policy.DEFAULT_DEADLINE_S, gt=0)  # to the first byte, and between writes
+    max_duration_s: float = Field(policy.DEFAULT_MAX_DURATION_S, gt=0)  # the whole request, streaming included
     max_memory_mb: int = Field(policy.DEFAULT_MAX_MEMORY_MB, ge=16)
     max_body_bytes: int = Field(policy.DEFAULT_MAX_BODY_BYTES, ge=0)
     max_tokens: int = Field(policy.DEFAULT_MAX_TOKENS, ge=1)
@@ -48,6 +50,7 @@ class LimitOverrides(_Section):
     """[components.NAME.limits]: any of the [limits] keys, for one component."""
 
     deadline_s: float | None = Field(None, gt=0)
+    max_duration_s: float | None = Field(None, gt=0)
     max_memory_mb: int | None = Field(None, ge=16)
     max_body_bytes: int | None = Field(None, ge=0)
     max_tokens: int | None = Field(None, ge=1)
@@ -70,6 +73,8 @@ class AppConfig(_Section):
     body_timeout_s: float = Field(policy.DEFAULT_BODY_TIMEOUT_S, gt=0)
     max_connections: int = Field(policy.DEFAULT_MAX_CONNECTIONS, ge=1)
     max_log_bytes: int = Field(policy.DEFAULT_MAX_LOG_BYTES, ge=0)
+    # A file of accepted API keys, one per line (see `auth`); keys never appear in the config itself.
+    api_keys_file: Path | None = None
     cache_dir: Path = Field(default_factory=default_cache_dir)
     engine: EngineConfig = Field(default_factory=LlamaCppEngineConfig)
     models: dict[str, ModelConfig] = Field(default_factory=lambda: {host_policy.DEFAULT_MODEL: ModelConfig()})
@@ -129,6 +134,7 @@ class ServeSettings:
     body_timeout_s: float = policy.DEFAULT_BODY_TIMEOUT_S
     max_connections: int = policy.DEFAULT_MAX_CONNECTIONS
     max_log_bytes: int = policy.DEFAULT_MAX_LOG_BYTES
+    api_keys: ApiKeys = field(default_factory=ApiKeys)  # empty: no key needed
 
 
 def load_app_config(path: Path | str) -> AppConfig:
@@ -146,7 +152,8 @@ def _relative_to(config: AppConfig, base: Path) -> AppConfig:
         name: c.model_copy(update={"source": fix(c.source), "read_only_dir": fix(c.read_only_dir)})
         for name, c in config.components.items()
     }
-    return config.model_copy(update={"models": models, "components": components})
+    keys = fix(config.api_keys_file)
+    return config.model_copy(update={"models": models, "components": components, "api_keys_file": keys})
 
 
 def single_component(config: AppConfig, app: Path) -> AppConfig:
@@ -201,6 +208,7 @@ def resolve(config: AppConfig, origin: str, listen: str | None = None) -> ServeS
         body_timeout_s=config.body_timeout_s,
         max_connections=config.max_connections,
         max_log_bytes=config.max_log_bytes,
+        api_keys=load_api_keys(config.api_keys_file),
     )
 
 

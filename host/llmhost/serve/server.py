@@ -95,7 +95,6 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-
 def run(settings: ServeSettings, log_level: str = "info") -> int:
     """Serve until SIGINT/SIGTERM; returns the exit status (0 after a graceful shutdown)."""
     configure_logging(log_level)
@@ -114,7 +113,9 @@ def _serve(settings: ServeSettings, host: Host) -> int:
     components = {name: HttpComponent(host, component, writers) for name, component in settings.components.items()}
     sock = bind(*settings.listen)
     executor = ThreadPoolExecutor(max_workers=settings.max_concurrency, thread_name_prefix="llmhost-request")
-    app = ServeApp(components, settings.routes, executor, settings.body_timeout_s, settings.max_log_bytes)
+    app = ServeApp(
+        components, settings.routes, executor, settings.body_timeout_s, settings.max_log_bytes, settings.api_keys
+    )
     uvicorn_config = uvicorn.Config(
         app,
         http=protocol_with_header_timeout(settings.header_timeout_s),

@@ -16,7 +16,7 @@ TEMPLATES = {
     "openai-compat": "openai-compat",
     "chat": "chat-http",
 }
-FILES = ("app.py", "README.md", "pyproject.toml")
+FILES = ("README.md", "pyproject.toml")  # and every .py file: app.py and the modules it imports (openai-compat)
 
 
 class TemplateError(Exception):
@@ -42,7 +42,7 @@ def create(target: Path, template: str) -> Path:
     source = examples_dir() / example
     name = target.name
     target.mkdir(parents=True)
-    for file in FILES:
+    for file in [*FILES, *sorted(p.name for p in source.glob("*.py"))]:
         text = (source / file).read_text(encoding="utf-8")
         (target / file).write_text(_rename(text, example, name, str(target)), encoding="utf-8")
     return target

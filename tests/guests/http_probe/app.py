@@ -8,6 +8,8 @@
 /drip?n=N&ms=MS             start, then N lines "tick I", one every MS milliseconds (no LLM)
 /spin?s=S                   compute for S seconds, then answer (parallelism)
 /loop                       spin forever (deadline)
+/stall                      start, write "start", compute until writer.time-left-ms() is 0 (and 0.5 s more), then
+                            write "told" and return "end" (a guest ending its response within the grace)
 /trap                       raise an uncaught exception (500)
 /alloc?mb=N                 allocate and touch N MB (memory limit)
 /env  /read?path=P  /list?path=P  /connect?port=N     what the sandbox lets the guest see
@@ -170,6 +172,18 @@ def op_loop(q, writer):
         n += 1
 
 
+def op_stall(q, writer):
+    writer.start(200, [("content-type", "text/plain")])
+    writer.write(b"start\n")
+    while writer.time_left_ms() > 0:
+        pass
+    end = time.monotonic() + 0.5  # well past the deadline: the server has noticed, this is the grace
+    while time.monotonic() < end:
+        pass
+    writer.write(b"told\n")
+    return http.Response(status=200, headers=[], body=b"end\n")
+
+
 def op_trap(q, writer):
     raise RuntimeError("http-probe: deliberate trap")
 
@@ -225,6 +239,7 @@ OPERATIONS = {
     "/embed": op_embed,
     "/spin": op_spin,
     "/loop": op_loop,
+    "/stall": op_stall,
     "/trap": op_trap,
     "/alloc": op_alloc,
     "/env": op_env,

@@ -1,0 +1,79 @@
+"""API keys: with keys configured, a request must carry `Authorization: Bearer KEY` with one of them.
+
+Keys come from the environment variable `LLMHOST_API_KEYS` (comma-separated) and/or the file named by the app
+config's `api-keys-file` (one key per line; blank lines and `#` comments skipped). Only their SHA-256 digests are
+kept, so no key can reach a log line, a repr or an error message; a presented key is hashed and compared in
+constant time. A refused request gets 401 in OpenAI's error shape (the API most clients of these apps speak).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from ..config import ConfigError
+
+API_KEYS_ENV = "LLMHOST_API_KEYS"
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
+class ApiKeys:
+    """The accepted keys, as digests. Empty: every request is let through."""
+
+    def __init__(self, keys: Iterable[str] = ()) -> None:
+        self._digests = frozenset(_digest(k) for k in keys if k)
+
+    def __bool__(self) -> bool:
+        return bool(self._digests)
+
+    def __repr__(self) -> str:
+        return f"ApiKeys({len(self._digests)} keys)"
+
+    def allows(self, headers: Iterable[tuple[str, str]]) -> bool:
+        """Whether the request's `Authorization: Bearer KEY` names an accepted key (always, when there are none)."""
+        if not self._digests:
+            return True
+        for name, value in headers:
+            if name == "authorization":
+                scheme, _, key = value.strip().partition(" ")
+                if scheme.lower() == "bearer" and key.strip():
+                    presented = _digest(key.strip())
+                    # Every digest is compared, so timing says nothing about which (or whether one) matched.
+                    return sum(hmac.compare_digest(presented, d) for d in self._digests) > 0
+        return False
+
+
+def load_api_keys(path: Path | None, environ: dict[str, str] | None = None) -> ApiKeys:
+    """The keys of `LLMHOST_API_KEYS` and of the file `path` (the config's `api-keys-file`)."""
+    env = os.environ if environ is None else environ
+    keys = [k.strip() for k in env.get(API_KEYS_ENV, "").split(",")]
+    if path is not None:
+        try:
+            text = path.read_text()
+        except OSError as error:
+            raise ConfigError(f"`api-keys-file`: cannot read {path}: {error.strerror}") from None
+        file_keys = [line.strip() for line in text.splitlines()]
+        file_keys = [k for k in file_keys if k and not k.startswith("#")]
+        if not file_keys:
+            raise ConfigError(f"`api-keys-file`: {path} holds no key (one key per line)")
+        keys += file_keys
+    return ApiKeys(k for k in keys if k)
+
+
+UNAUTHORIZED_BODY = json.dumps(
+    {
+        "error": {
+            "message": "missing or invalid API key: send `Authorization: Bearer KEY` with a key this server accepts",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "invalid_api_key",
+        }
+    }
+).encode()
