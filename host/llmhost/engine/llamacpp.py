@@ -75,6 +75,54 @@ def llama_lib() -> Any:
     return _llama
 
 
+def vocab_tokenize(lib: Any, vocab: Any, text: str, add_special: bool = True) -> list[int]:
+    """Token ids of `text` (special-token text parsed as special tokens, as every prompt is)."""
+    data = text.encode()
+    size = len(data) + 8
+    while True:
+        buf = (lib.llama_token * size)()
+        n = lib.llama_tokenize(vocab, data, len(data), buf, size, add_special, True)
+        if n >= 0:
+            return list(buf[:n])
+        size = -n
+
+
+def vocab_piece(lib: Any, vocab: Any, token: int) -> bytes:
+    """The bytes of one token (control tokens render as nothing)."""
+    buf = ctypes.create_string_buffer(64)
+    n = lib.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
+    if n < 0:
+        buf = ctypes.create_string_buffer(-n)
+        n = lib.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
+    return bytes(buf.raw[:n])
+
+
+class LlamaVocab:
+    """Only a model file's vocabulary (`vocab_only`: no weights, no context; ~0.1 s): how remote models whose
+    file is known here tokenize exactly as the server does, with no round trip."""
+
+    def __init__(self, path: Path, name: str) -> None:
+        self.lib = llama_lib()
+        mparams = self.lib.llama_model_default_params()
+        mparams.vocab_only = True
+        self.model = self.lib.llama_model_load_from_file(str(path).encode(), mparams)
+        if not self.model:
+            raise EngineError(f"llama.cpp could not read the vocabulary of {path} (check `models.{name}.path`)")
+        self.vocab = self.lib.llama_model_get_vocab(self.model)
+        self.n_vocab = int(self.lib.llama_vocab_n_tokens(self.vocab))
+
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        return vocab_tokenize(self.lib, self.vocab, text, add_special)
+
+    def piece(self, token: int) -> bytes:
+        return vocab_piece(self.lib, self.vocab, token)
+
+    def close(self) -> None:
+        if self.model:
+            self.lib.llama_model_free(self.model)
+            self.model = None
+
+
 class LlamaModel:
     """A loaded model: weights, vocabulary, one context, and its pool of sequence slots."""
 
@@ -156,23 +204,11 @@ class LlamaModel:
 
     # --- vocabulary --------------------------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
-        data = text.encode()
-        size = len(data) + 8
-        while True:
-            buf = (self.lib.llama_token * size)()
-            n = self.lib.llama_tokenize(self.vocab, data, len(data), buf, size, add_special, True)
-            if n >= 0:
-                return list(buf[:n])
-            size = -n
+        return vocab_tokenize(self.lib, self.vocab, text, add_special)
 
     def piece(self, token: int) -> bytes:
         """The bytes of one token (control tokens render as nothing)."""
-        buf = ctypes.create_string_buffer(64)
-        n = self.lib.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = self.lib.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
-        return buf.raw[:n]
+        return vocab_piece(self.lib, self.vocab, token)
 
     def texts_of(self, tokens: list[int], text: str) -> list[str]:
         return attribute_text([self.piece(t) for t in tokens], text)
