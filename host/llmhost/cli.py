@@ -223,9 +223,7 @@ def new(name: str, template: str) -> None:
 
 
 @cli.command()
-@click.argument(
-    "app", required=False, type=click.Path(exists=True, path_type=Path), envvar="LLMHOST_SERVE_APP"
-)
+@click.argument("app", required=False, type=click.Path(exists=True, path_type=Path), envvar="LLMHOST_SERVE_APP")
 @click.option(
     "--config",
     "-c",

@@ -439,7 +439,7 @@ class RemoteGeneration:
         except StopIteration:
             if state.finish_reason is None:
                 raise EngineError(
-                    f"the stream from {self._url} ended before a finish reason (the server closed it mid-way)"
+                    f"the stream from {self._url} was cut mid-way: it ended before a finish reason"
                 ) from None
             self.read_to_end = True
             self._finish_done()
@@ -465,8 +465,13 @@ class RemoteGeneration:
                 0, choice.text.encode(), end_of_generation=False, context_full=used >= self._model.config.context_length
             )
             event = _without_ids(step.chunk)
-            if step.finish is not None:  # certain now (a stop matched, or the budget is spent): stop the server
+            if step.finish is not None and state.stopped_by_sequence:
+                # Certain now, and the server would go on: close the request at once (usage counted here).
                 self._finish_done()
+                return event
+            if step.finish is not None:
+                # The token budget (or the context) is spent: the server, given the same limit, ends right
+                # after this, so its final chunks are read for its usage.
                 return event
         if choice.finish_reason is not None:
             if choice.finish_reason == "length":
