@@ -46,7 +46,18 @@ def free_port() -> int:
 def start_llama_cpp_server(weights: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     command = [sys.executable, "-m", "llama_cpp.server", "--model", str(weights), "--host", "127.0.0.1"]
-    command += ["--port", str(port), "--n_ctx", "4096", "--n_threads", "2", "--model_alias", "gemma"]
+    command += [
+        "--port",
+        str(port),
+        "--n_ctx",
+        "4096",
+        "--n_threads",
+        "2",
+        "--model_alias",
+        "gemma",
+        "--interrupt_requests",
+        "false",
+    ]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log.open("wb"))
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + 120
