@@ -172,6 +172,7 @@ class Host:
         path: str | Path,
         *,
         allowed_models: Iterable[str] | None = None,
+        allowed_key: str | None = None,
         extra: Mapping[str, InterfaceDefiner] | None = None,
     ) -> LinkedComponent:
         """Load (compiling on first use) a component of any world, and a linker providing WASI, the host's
@@ -181,7 +182,8 @@ class Host:
         path = Path(path)
         wasm_engine, loaded = self._load_component(path)
         self._start_ticker(wasm_engine)
-        llm = self._llm.restricted_to(frozenset(allowed_models) if allowed_models is not None else None)
+        # `allowed_key`: the config key that grants the models, named when a model is refused.
+        llm = self._llm.restricted_to(frozenset(allowed_models) if allowed_models is not None else None, allowed_key)
         linker = build_linker(wasm_engine, loaded.component, llm, self.limits, extra=extra)
         return LinkedComponent(wasm_engine, loaded.component, linker, loaded.compiled)
 

@@ -119,20 +119,22 @@ def test_run_dir_rebuilds_exactly_when_the_sources_change(tmp_path: Path, llmhos
     app = tmp_path / "loop" / "app.py"
     # Unique sources (the build cache is shared across test runs), generating 3 tokens.
     app.write_text(app.read_text().replace("max_tokens=32", "max_tokens=3") + f"# {time.time_ns()}\n")
-    guests = llmhost_cache_dir / "guests"
+    from llmhost.build import cached_build, wit_dir
 
-    def run() -> tuple[set[str], str]:
-        before = set(os.listdir(guests)) if guests.is_dir() else set()
+    def run() -> tuple[bool, str]:
+        """(whether this run built the sources, the guest's output)"""
+        build = cached_build(tmp_path / "loop", wit_dir(), "command", cache_dir=llmhost_cache_dir)
+        existed = build.is_file()
         done = llmhost("run", "loop", "--", "The capital of France is", cache_dir=llmhost_cache_dir, cwd=tmp_path)
         assert done.returncode == 0, done.stderr
-        return set(os.listdir(guests)) - before, done.stdout
+        return not existed and build.is_file(), done.stdout
 
     built, first = run()
-    assert len([n for n in built if n.endswith(".wasm")]) == 1
-    assert run() == (set(), first)  # unchanged: no build
+    assert built
+    assert run() == (False, first)  # unchanged: no build
     app.write_text(app.read_text().replace("max_tokens=3", "max_tokens=4"))
     built, second = run()
-    assert len([n for n in built if n.endswith(".wasm")]) == 1 and second != first
+    assert built and second != first
 
 
 def test_a_fast_first_compile_is_replaced_by_the_optimized_one(tmp_path: Path, llmhost_cache_dir: Path) -> None:

@@ -75,28 +75,20 @@ def test_with_spare_cores_the_engine_does_not_wait(llmhost_cache_dir: Path) -> N
     assert sum(seen) >= len(seen) // 2, seen
 
 
-def _decoding_threads(host: Host, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Record the thread of every llama_decode call of the model from now on."""
-    model = host.engine.model(MODEL)  # type: ignore[attr-defined]
-    threads: list[int] = []
-    decode = model._decode
-
-    def recording(*args: Any, **kwargs: Any) -> Any:
-        threads.append(threading.get_ident())
-        return decode(*args, **kwargs)
-
-    monkeypatch.setattr(model, "_decode", recording)
-    return threads
-
-
 def test_a_guest_reading_its_stream_runs_the_decode_steps_on_its_own_thread(
-    every_core_host: Host, probe_wasm: Path, monkeypatch: pytest.MonkeyPatch
+    every_core_host: Host, probe_wasm: Path
 ) -> None:
     # No thread hand-off per token: the guest's next() finds no event and decodes the next token itself.
     app = every_core_host.load(probe_wasm)
-    threads = _decoding_threads(every_core_host, monkeypatch)
+    model = every_core_host.engine.model(MODEL)  # type: ignore[attr-defined]
+    threads: list[int] = model.decode_threads
+    threads.clear()
+    model.record_decode_threads = True  # the model records the thread of every decode from now on
     params = json.dumps({"temperature": 0.0, "repeat-penalty": 1.0, "max-tokens": 24})
-    outcome = run_probe(app, "stream", MODEL, "Once upon a time, there was a dragon who", params)
+    try:
+        outcome = run_probe(app, "stream", MODEL, "Once upon a time, there was a dragon who", params)
+    finally:
+        model.record_decode_threads = False
     assert outcome.exit_code == 0, outcome.stderr
     events = outcome.value["events"]
     assert len(events) >= 10 and "done" in events[-1]
@@ -105,32 +97,23 @@ def test_a_guest_reading_its_stream_runs_the_decode_steps_on_its_own_thread(
     assert threads.count(threading.get_ident()) >= len(threads) * 0.8, threads
 
 
-def test_a_generation_waiting_for_a_slot_does_not_spin(
-    llmhost_cache_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_generation_waiting_for_a_slot_does_not_spin(llmhost_cache_dir: Path) -> None:
     with _host(llmhost_cache_dir, len(os.sched_getaffinity(0)), slots=1) as host:
         scheduler = host.engine.model(MODEL).scheduler  # type: ignore[attr-defined]
         holder = host.infer_stream(MODEL, "Once upon a time", GREEDY)
         assert isinstance(next(holder), StreamChunk)  # holds the only slot; unread, it stops after LOOKAHEAD
         deadline = time.monotonic() + 30
-        while len(holder._events) < LOOKAHEAD and time.monotonic() < deadline:  # type: ignore[attr-defined]
+        while holder.buffered < LOOKAHEAD and time.monotonic() < deadline:  # type: ignore[attr-defined]
             time.sleep(0.01)
-        assert len(holder._events) == LOOKAHEAD  # type: ignore[attr-defined]
-        calls = [0]
-        step = scheduler._step
-
-        def counted() -> bool:
-            calls[0] += 1
-            return bool(step())
-
-        monkeypatch.setattr(scheduler, "_step", counted)
+        assert holder.buffered == LOOKAHEAD  # type: ignore[attr-defined]
+        attempts_before = scheduler.attempts
         waiter = host.infer_stream(MODEL, "A second request", GREEDY)
         result: list[Any] = []
         reader = threading.Thread(target=lambda: result.append(next(waiter)))
         reader.start()
         try:
             time.sleep(0.5)
-            tries = calls[0]
+            tries = scheduler.attempts - attempts_before
         finally:
             holder.close()  # frees the slot: the waiting request starts at once
             reader.join(timeout=10)

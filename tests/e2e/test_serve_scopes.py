@@ -31,6 +31,7 @@ slots = 2
 [limits]
 deadline-s = {DEADLINE_S}
 max-tokens = 4000
+max-memory-mb = 512
 
 [components.probe]
 source = "{http_wasm["http_probe"]}"
@@ -90,3 +91,22 @@ def test_embeddings_interleave_with_a_stream_and_stop_at_the_deadline(server: Se
     # And the server still answers.
     assert server.get_json("/infer?max_tokens=2")["ok"]["generated"] == 2
     json.dumps(outcome, default=str)
+
+
+def test_trapping_requests_release_their_memory_at_once(server: Server) -> None:
+    # A trap leaves the instance in a reference cycle with the exception; the store is closed with the request
+    # anyway, so its memory is gone before the next request, not at the next garbage collection.
+    server.request("GET", "/alloc?mb=200&trap=1")  # warm up: the allocator's own first growth
+    before = server.rss_kb()
+    for _ in range(10):
+        status, _ = server.request("GET", "/alloc?mb=200&trap=1")
+        assert status == 500
+    assert server.rss_kb() - before < 100 * 1024
+
+
+def test_a_sequence_open_loop_hits_the_quota_and_others_are_unaffected(server: Server) -> None:
+    status, body = server.request("GET", "/open-many?n=100")
+    result = json.loads(body)
+    assert status == 200 and result["opened"] == 64, result
+    assert result["err"]["kind"] == "invalid-input" and "sandbox.max-open-sequences" in result["err"]["message"]
+    assert server.get_json("/infer?max_tokens=2")["ok"]["generated"] == 2

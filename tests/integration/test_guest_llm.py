@@ -85,7 +85,18 @@ def test_a_prompt_longer_than_the_context_is_invalid_input(probe: Probe) -> None
 def test_unknown_model_is_model_not_supported(probe: Probe, args: tuple[str, ...]) -> None:
     outcome = probe(*args)
     assert outcome.exit_code == 1
+    assert outcome.error is not None and outcome.error["kind"] == "model-not-supported"
+    # 0.2.0's case carries the message naming the fix.
+    assert "'no-such-model' is not configured" in outcome.error["message"] and "[models]" in outcome.error["message"]
+
+
+def test_a_0_1_0_guest_gets_model_not_supported_without_a_message(
+    fake_host: Host, probe_0_1_0_wasm: Path, run_probe: Callable[..., Any]
+) -> None:
+    # The conversion layer: 0.1.0's `model-not-supported` case has no payload, and the guest gets exactly that.
+    outcome = run_probe(fake_host.load(probe_0_1_0_wasm), "infer", "no-such-model", "hi")
     assert outcome.error == {"kind": "model-not-supported", "message": ""}
+    assert run_probe(fake_host.load(probe_0_1_0_wasm), "infer", MODEL, "hi").exit_code == 0
 
 
 def test_a_trap_is_a_guest_trap_and_the_host_keeps_working(probe_app: App, probe: Probe) -> None:
@@ -104,12 +115,13 @@ def test_models_outside_the_allowed_set_are_refused(
 ) -> None:
     app = fake_host.load(probe_wasm, allowed_models=frozenset({"some-other-model"}))
     outcome = run_probe(app, "infer", MODEL, "hi")
-    assert outcome.error == {"kind": "model-not-supported", "message": ""}
+    assert outcome.error is not None and outcome.error["kind"] == "model-not-supported"
+    assert "`allowed-models`" in outcome.error["message"] and "some-other-model" in outcome.error["message"]
 
 
 class BrokenEngine(FakeEngine):
-    def infer(self, model: str, prompt: str, params: InferencingParams) -> object:  # type: ignore[override]
-        raise RuntimeError("decode failed")
+    def stream(self, model: str, prompt: str, params: InferencingParams) -> object:  # type: ignore[override]
+        raise RuntimeError("decode failed")  # guests' `infer` runs as a stream of their run scope
 
     def model_info(self, model: str) -> object:  # type: ignore[override]
         raise EngineError("model file unreadable")

@@ -19,7 +19,7 @@ import pytest
 
 from llmhost.config import ModelConfig
 from llmhost.engine.openai_remote import OpenAIEngine
-from llmhost.serve.scope import ScopedGeneration
+from llmhost.runtime.scope import RunScope, ScopedGeneration
 from llmhost.types import EngineError, InferencingParams, StreamChunk, StreamDone
 
 SERVER = Path(__file__).resolve().parents[1] / "remote_test_server.py"
@@ -185,13 +185,15 @@ def test_closing_a_generation_mid_request_cancels_the_remote_request(server: Ser
 
 
 def test_a_deadline_mid_request_cancels_the_remote_request(server: Server) -> None:
-    """What serve's request deadline does: cancel the scoped generation from another thread while its step
-    waits on the network. The step ends with the deadline's error and the server's request is gone."""
+    """What a request's deadline does (serve cancels the request's run scope): cancel the scoped generation from
+    another thread while its step waits on the network. The step ends with the deadline's error at once, and the
+    server's request is gone."""
     eng = remote_engine(server.url)
     try:
-        gen = ScopedGeneration(eng.stream(MODEL, "Hello", InferencingParams(max_tokens=200, temperature=0)), None, None)
+        scope = RunScope("request")
+        gen = ScopedGeneration(eng.stream(MODEL, "Hello", InferencingParams(max_tokens=200, temperature=0)), scope)
         next(gen)
-        timer = threading.Timer(0.3, gen.cancel, args=("the request's deadline passed",))
+        timer = threading.Timer(0.3, scope.cancel, args=("the request's deadline passed",))
         timer.start()
         started = time.monotonic()
         with pytest.raises(EngineError, match="deadline"):

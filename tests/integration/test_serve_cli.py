@@ -117,9 +117,10 @@ def test_guests_see_no_host_files_environment_or_network(server: Server, tmp_pat
     assert server.get_json("/read?path=/data/notes.txt")["err"]["kind"] == "FileNotFoundError"
 
 
-def test_a_model_the_component_may_not_use_is_invalid_input_naming_the_key(server: Server, app_config: Path) -> None:
+def test_a_model_the_component_may_not_use_is_refused_naming_the_key(server: Server, app_config: Path) -> None:
+    # One check, one error kind on every path (as for `llmhost run`): model-not-supported, naming the key.
     err = server.get_json("/granted/infer?model=other")["err"]
-    assert err["kind"] == "invalid-input"
+    assert err["kind"] == "model-not-supported"
     assert f"`components.granted.allowed-models` in {app_config}" in err["message"]
     assert server.get_json("/granted/infer?model=gemma-3-270m&max_tokens=5")["ok"]["text"] == "Hello"
     assert server.get_json("/infer?model=other&max_tokens=2")["ok"]["text"] == "He"  # `open` allows every model

@@ -1,18 +1,17 @@
-"""`llmhost serve` without a server: app config validation, the fair admission queue, request scopes."""
+"""`llmhost serve` without a server: app config validation, and request scopes (models, token budget, cancellation)."""
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from llmhost.config import ConfigError
 from llmhost.engine.fake import FakeEngine
+from llmhost.interfaces.llm import LlmService
+from llmhost.runtime.scope import RunScope, TokenBudget
 from llmhost.serve.config import load_app_config, resolve, settings_for
-from llmhost.serve.scope import FairQueue, RequestScope, ScopedEngine
-from llmhost.types import EngineError, InferencingParams, InvalidInput, StreamChunk, StreamDone
+from llmhost.types import EngineError, InferencingParams, InvalidInput, ModelNotSupported, StreamChunk, StreamDone
 
 
 def app_file(tmp_path: Path, text: str) -> Path:
@@ -80,78 +79,43 @@ def test_one_component_form(tmp_path: Path) -> None:
         settings_for(None, app, "8080", None)
 
 
-def test_fair_queue_admits_in_arrival_order() -> None:
-    queue = FairQueue(1)
-    queue.acquire(None)
-    order: list[int] = []
-    threads = []
-    for i in range(5):
-        thread = threading.Thread(target=lambda i=i: (queue.acquire(None), order.append(i), queue.release()))
-        thread.start()
-        threads.append(thread)
-        while queue.waiting < i + 1:  # each is in line before the next arrives
-            time.sleep(0.001)
-    queue.release()
-    for thread in threads:
-        thread.join(5)
-    assert order == [0, 1, 2, 3, 4]
-
-
 @pytest.fixture
-def scope(tmp_path: Path) -> RequestScope:
-    path = app_file(tmp_path, VALID.replace("[components.chat.limits]", "[components.chat.limits]\nmax-tokens = 10"))
-    return RequestScope(resolve(load_app_config(path), str(path)).components["chat"])
+def service() -> LlmService:
+    key = "`components.chat.allowed-models` in llmhost.toml"
+    return LlmService(lambda: ENGINE).restricted_to(frozenset({"gemma-3-270m"}), key)
 
 
+ENGINE = FakeEngine(models=("gemma-3-270m", "other"))
 GREEDY = InferencingParams(max_tokens=100, temperature=0.0)
 
 
-def test_scoped_engine_enforces_models_and_the_token_budget(scope: RequestScope) -> None:
-    engine = ScopedEngine(FakeEngine(models=("gemma-3-270m", "other")), {"gemma-3-270m": 2})
-    with scope.active():
-        with pytest.raises(InvalidInput, match="`components.chat.allowed-models`"):
-            engine.infer("other", "x", GREEDY)
-        first = engine.infer("gemma-3-270m", "x", InferencingParams(max_tokens=6))
-        second = engine.infer("gemma-3-270m", "x", GREEDY)  # clamped to what is left of 10
-        assert (first.usage.generated_token_count, second.usage.generated_token_count) == (6, 4)
-        assert second.finish_reason == "length"
-        with pytest.raises(InvalidInput, match="limit of 10 tokens"):
-            engine.infer("gemma-3-270m", "x", GREEDY)
+def budget_scope(limit: int = 10) -> RunScope:
+    return RunScope("request to chat", TokenBudget(limit, "`limits.max-tokens` in llmhost.toml"))
+
+
+def test_a_request_scope_enforces_models_and_the_token_budget(service: LlmService) -> None:
+    scope = budget_scope()
+    with pytest.raises(ModelNotSupported, match="`components.chat.allowed-models`"):
+        service.infer("other", "x", GREEDY, scope)
+    first = service.infer("gemma-3-270m", "x", InferencingParams(max_tokens=6), scope)
+    second = service.infer("gemma-3-270m", "x", GREEDY, scope)  # clamped to what is left of 10
+    assert (first.usage.generated_token_count, second.usage.generated_token_count) == (6, 4)
+    assert second.finish_reason == "length"
+    with pytest.raises(InvalidInput, match="limit of 10 tokens"):
+        service.infer("gemma-3-270m", "x", GREEDY, scope)
     assert scope.tokens == 10
-    assert engine.infer("other", "x", InferencingParams(max_tokens=2)).text == "He"  # no scope: no limits
+    assert LlmService(lambda: ENGINE).infer("other", "x", InferencingParams(max_tokens=2)).text == "He"  # no scope
 
 
-def test_cancelling_a_scope_stops_its_generations_and_frees_their_places(scope: RequestScope) -> None:
-    engine = ScopedEngine(FakeEngine(), {"gemma-3-270m": 1})
-    with scope.active():
-        generation = engine.stream("gemma-3-270m", "x", GREEDY)
-        assert isinstance(next(generation), StreamChunk)
-    queue = engine.admission("gemma-3-270m")
-    assert queue is not None
-    waiting: list[BaseException] = []
-    other = RequestScope(scope.component)
-
-    def wait_for_a_place() -> None:
-        with other.active():
-            try:
-                next(engine.stream("gemma-3-270m", "x", GREEDY))
-            except EngineError as error:
-                waiting.append(error)
-
-    thread = threading.Thread(target=wait_for_a_place)
-    thread.start()
-    while queue.waiting == 0:
-        time.sleep(0.001)
-    other.cancel("the client disconnected")  # a waiter gives up its place in line
-    thread.join(5)
-    assert [str(e) for e in waiting] == ["the client disconnected"]
+def test_cancelling_a_scope_stops_its_generations_and_later_calls(service: LlmService) -> None:
+    scope = budget_scope(1000)
+    generation = service.infer_stream("gemma-3-270m", "x", GREEDY, scope)
+    assert isinstance(next(generation), StreamChunk)
     scope.cancel("the deadline passed")
     with pytest.raises(EngineError, match="deadline"):
         next(generation)
-    with scope.active(), pytest.raises(EngineError, match="deadline"):
-        engine.stream("gemma-3-270m", "x", GREEDY)
-    # The cancelled generation's place is free again.
-    fresh = RequestScope(scope.component)
-    with fresh.active():
-        events = list(engine.stream("gemma-3-270m", "x", InferencingParams(max_tokens=2)))
+    with pytest.raises(EngineError, match="deadline"):
+        service.infer_stream("gemma-3-270m", "x", GREEDY, scope)
+    # Another request is unaffected.
+    events = list(service.infer_stream("gemma-3-270m", "x", InferencingParams(max_tokens=2), budget_scope()))
     assert isinstance(events[-1], StreamDone)

@@ -111,7 +111,8 @@ class ConstraintCompiler:
         model). Every end-of-generation token may end a text the grammar accepts."""
         from llguidance.llamacpp import lltokenizer_from_vocab
 
-        eog = sorted({int(lib.llama_vocab_eos(vocab)), int(lib.llama_vocab_eot(vocab))} - {-1})
+        # Every end-of-generation token (Gemma 3 has three: <eos>, <end_of_turn> and another) may end a text.
+        eog = [token for token in range(n_vocab) if lib.llama_vocab_is_eog(vocab, token)]
         with warnings.catch_warnings():  # it calls a deprecated llama-cpp-python alias once per token
             warnings.simplefilter("ignore", DeprecationWarning)
             return cls(lltokenizer_from_vocab(vocab, eos_token=eog or None), n_vocab)

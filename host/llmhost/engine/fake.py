@@ -81,7 +81,10 @@ class FakeEngine:
 
     def _check(self, model: str) -> None:
         if model not in self._models:
-            raise ModelNotSupported(f"model {model!r} is not configured; known models: {', '.join(self._models)}")
+            raise ModelNotSupported(
+                f"model {model!r} is not configured; known models: {', '.join(self._models)} "
+                "(add it under [models] in the config)"
+            )
 
     def list_models(self) -> list[ModelInfo]:
         return [self.model_info(name) for name in self._models]

@@ -16,7 +16,7 @@ from .scheduler import LlamaGeneration
 from .sequence_state import SeqState, attribute_text
 
 if TYPE_CHECKING:
-    from .llamacpp import LlamaModel
+    from .model import EngineModel as LlamaModel
 
 
 class LlamaSequence:
@@ -77,7 +77,10 @@ class LlamaSequence:
             )
         with model.lock:
             state.append(tokens, texts)
-            model.slots.attach(state)
+            # No slot free now (every one busy generating): the tokens are evaluated by the next generation,
+            # which the scheduler admits in turn. An append never waits in a queue of its own.
+            if not model.slots.attach(state, wait=False):
+                return
             state.busy = True  # stays in its slot between chunks
         try:
             # Evaluate now, all but the last token (the next generation evaluates that one to get its logits),

@@ -53,7 +53,7 @@ from .generation import GenerationText
 from .sequence_state import attribute_text
 
 if TYPE_CHECKING:
-    from .llamacpp import LlamaVocab
+    from .llama_vocab import LlamaVocab
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +255,7 @@ class RemoteModel:
             return None
         with self._vocab_lock:
             if self._vocab is None:
-                from .llamacpp import LlamaVocab
+                from .llama_vocab import LlamaVocab
                 from .models import resolve_model_path
 
                 self._vocab = LlamaVocab(resolve_model_path(self.name, self.config, self._cache_dir), self.name)

@@ -35,12 +35,13 @@ from ..types import (
 )
 from .constraint_mask import MaskWorker, TokenConstraint
 from .generation import GenerationText, Step
-from .sampling import build_sampler, penalty_window
+from .planning import Pending, plan_step
+from .sampling import penalty_window
 from .sequence_state import SeqState, plan_rewind
 from .slots import slots_busy_error
 
 if TYPE_CHECKING:
-    from .llamacpp import LlamaModel
+    from .model import EngineModel as LlamaModel
 
 log = logging.getLogger(__name__)
 
@@ -150,15 +151,20 @@ class LlamaGeneration:
         return self.model.scheduler.deliver(self, event)
 
     @property
+    def buffered(self) -> int:
+        """Events generated ahead of the reader, not read yet."""
+        return len(self._events)
+
+    @property
     def waiting_unread(self) -> bool:
         """The reader lags too far behind: skip this generation in the next step."""
         return len(self._events) >= LOOKAHEAD
 
     def start(self) -> None:
         model, state = self.model, self.state
-        self.sampler = build_sampler(model.lib, model.n_vocab, self.params, model.n_ctx)
+        self.sampler = model.decoder.new_sampler(self.params)
         for tok in state.tokens[-max(1, penalty_window(self.params, model.n_ctx)) :]:
-            model.lib.llama_sampler_accept(self.sampler, tok)  # the penalty window includes the prompt
+            self.sampler.accept(tok)  # the penalty window includes the prompt
         model.unevaluate_last(state)
 
     def accept(self, token: int, logprob: float | None, entry: TokenLogprob | None = None) -> bool:
@@ -189,9 +195,9 @@ class LlamaGeneration:
         if self.ended:
             return
         self.ended = True
-        model, state = self.model, self.state
+        state = self.state
         if self.sampler is not None:
-            model.lib.llama_sampler_free(self.sampler)
+            self.sampler.close()
             self.sampler = None
         self.constraint = None
         if self.rewind:
@@ -254,6 +260,7 @@ class Scheduler:
         self._last_step_end = 0.0
         self._stalled_until = 0.0
         self.steps = 0
+        self.attempts = 0  # steps tried, including those that could do nothing (tests: waiting never spins)
         self.readers: list[LlamaGeneration] = []  # woken by the last step's events, with a chunk to handle
         self.reader_turn_s = READER_TURN_S if model.cpu_bound else 0.0
         self.masks = MaskWorker()
@@ -434,24 +441,19 @@ class Scheduler:
         return len(self._waiting) < queued
 
     def _plan(self) -> list[Row]:
-        """Decode rows first (one token each), then prefill chunks in arrival order, within the batch size."""
-        budget = self.model.n_batch
+        """This step's rows (planning.plan_step: decode rows first, then prefill chunks in arrival order)."""
+        jobs = {id(job): job for job in self._active}
+        pending = [Pending(key, len(j.state.tokens) - j.state.n_kv, j.waiting_unread) for key, j in jobs.items()]
         rows: list[Row] = []
-        ready = [j for j in self._active if not j.waiting_unread]
-        generating = [j for j in ready if len(j.state.tokens) - j.state.n_kv == 1]
-        prefilling = [j for j in ready if len(j.state.tokens) - j.state.n_kv > 1]
-        for job in [*generating, *prefilling]:
-            if budget <= 0:
-                break
-            state = job.state
-            pending = state.tokens[state.n_kv :]
-            chunk = pending[:budget]
-            budget -= len(chunk)
-            rows.append(Row(job, chunk, None if len(chunk) < len(pending) else -1))
+        for planned in plan_step(pending, self.model.n_batch):
+            state = jobs[planned.key].state
+            chunk = state.tokens[state.n_kv : state.n_kv + planned.count]
+            rows.append(Row(jobs[planned.key], chunk, -1 if planned.samples else None))
         return rows
 
     def _step(self) -> bool:
         """Admit, decode and sample once (model lock held); returns whether anything was admitted or decoded."""
+        self.attempts += 1
         admitted = self._admit()
         rows = self._plan()
         if not rows:

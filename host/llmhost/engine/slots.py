@@ -8,13 +8,12 @@ saving its KV state to host memory, restored on next use), or the leftover of a 
 
 from __future__ import annotations
 
-import ctypes
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from .. import policy
 from ..types import EngineError
+from .decoder import Decoder
 from .sequence_state import SeqState
 
 MIN_REUSED_PREFIX = 2  # shorter common prefixes (e.g. just the BOS token) are not worth a copy
@@ -38,16 +37,13 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 class SlotPool:
     def __init__(
         self,
-        lib: Any,
-        ctx: Any,
+        kv: Decoder,
         count: int,
         lock: threading.RLock,
         name: str,
         on_free: Callable[[], None] = lambda: None,
     ) -> None:
-        self._lib = lib
-        self._ctx = ctx
-        self._memory = lib.llama_get_memory(ctx)
+        self._kv = kv  # the KV-cache operations of the model's decoder
         self.count = count
         self.lock = lock
         self._name = name
@@ -82,10 +78,9 @@ class SlotPool:
             if state.saved is not None:
                 data, state.saved = state.saved, None
                 self.swapped_bytes -= len(data)
-                buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-                if self._lib.llama_state_seq_set_data(self._ctx, buf, len(data), slot) != len(data):
+                if not self._kv.restore(slot, data):
                     state.n_kv = 0  # restore failed: the tokens are re-evaluated on demand (slower, still exact)
-                    self._lib.llama_memory_seq_rm(self._memory, slot, 0, -1)
+                    self._kv.seq_rm(slot, 0)
             else:
                 state.n_kv = 0
             return True
@@ -115,16 +110,27 @@ class SlotPool:
             self._notify()
 
     def fork(self, source: SeqState) -> SeqState:
-        """A new sequence sharing `source`'s KV cache: a metadata-only copy in the unified cache."""
+        """A new sequence sharing `source`'s KV cache: a metadata-only copy in the unified cache when a slot is
+        free (or can be freed) now, else a copy of its saved state in host memory. Never waits for a slot: with
+        every other slot busy, waiting for one to hold the copy could wait forever."""
         with self.lock:
+            copy = SeqState(list(source.tokens), list(source.token_texts), list(source.logprobs))
+            if source.slot is None:  # swapped out (or never evaluated): the copy shares its saved bytes
+                copy.saved, copy.n_kv = source.saved, source.n_kv if source.saved is not None else 0
+                self.swapped_bytes += len(copy.saved or b"")
+                return copy
             source.busy = True  # not swapped out while the copy takes a slot
             try:
-                self.attach(source)
-                copy = SeqState(list(source.tokens), list(source.token_texts), list(source.logprobs))
-                self.attach(copy)
-                assert source.slot is not None and copy.slot is not None
-                self._lib.llama_memory_seq_cp(self._memory, source.slot, copy.slot, 0, -1)
-                copy.n_kv = source.n_kv
+                slot = self._take_slot(wait=False)
+                if slot is not None:
+                    self._hold(copy, slot)
+                    self._kv.seq_cp(source.slot, slot, -1)
+                    copy.n_kv = source.n_kv
+                elif source.n_kv > 0:
+                    copy.saved = self._kv.save(source.slot)
+                    if copy.saved is not None:
+                        copy.n_kv = source.n_kv
+                        self.swapped_bytes += len(copy.saved)
                 return copy
             finally:
                 source.busy = False
@@ -132,11 +138,14 @@ class SlotPool:
     def trim(self, state: SeqState, count: int) -> None:
         """Rewind `state` to its first `count` tokens, keeping the KV cache of that prefix."""
         with self.lock:
-            if state.saved is not None:
-                self.attach(state)  # restore, then cut: the saved bytes cannot be cut in place
+            if state.saved is not None and not self.attach(state, wait=False):
+                # Swapped out and no slot free now: the saved bytes cannot be cut in place, so they are dropped
+                # and the kept tokens are evaluated again on next use (exact, only slower). Never waits.
+                self.swapped_bytes -= len(state.saved)
+                state.saved, state.n_kv = None, 0
             state.truncate(count)
             if state.slot is not None:
-                self._lib.llama_memory_seq_rm(self._memory, state.slot, state.n_kv, -1)
+                self._kv.seq_rm(state.slot, state.n_kv)
 
     def close(self) -> None:
         with self.lock:
@@ -172,9 +181,9 @@ class SlotPool:
                 return False
             slot = taken
             assert best.slot is not None
-            self._lib.llama_memory_seq_cp(self._memory, best.slot, slot, 0, best_len)
+            self._kv.seq_cp(best.slot, slot, best_len)
         self._hold(state, slot)
-        self._lib.llama_memory_seq_rm(self._memory, slot, best_len, -1)
+        self._kv.seq_rm(slot, best_len)
         state.n_kv = best_len
         state.reused = best_len
         self.reused_prompt_tokens += best_len
@@ -208,10 +217,7 @@ class SlotPool:
         assert state.slot is not None
         slot = state.slot
         if state.n_kv > 0:
-            size = self._lib.llama_state_seq_get_size(self._ctx, slot)
-            buf = (ctypes.c_uint8 * size)()
-            written = self._lib.llama_state_seq_get_data(self._ctx, buf, size, slot)
-            state.saved = bytes(buf[:written]) if written else None
+            state.saved = self._kv.save(slot)
             if state.saved is None:
                 state.n_kv = 0
             else:
@@ -221,7 +227,7 @@ class SlotPool:
 
     def _release_slot(self, state: SeqState) -> None:
         assert state.slot is not None
-        self._lib.llama_memory_seq_rm(self._memory, state.slot, 0, -1)
+        self._kv.seq_rm(state.slot, 0)
         self._holders.pop(state.slot, None)
         self._free.append(state.slot)
         state.slot = None

@@ -10,9 +10,9 @@ from typing import Any
 from wasmtime.component import FuncType, LinkerInstance, ResourceType
 
 from .. import abi, policy
-from ..engine.base import Engine, Generation, TokenSequence
+from ..engine.base import Engine, Generation, TokenSequence, collect
 from ..runtime.host_funcs import add_func
-from ..runtime.scope import scope_of
+from ..runtime.scope import RunScope, ScopedGeneration, ScopedSequence, scope_of
 from ..types import EmbeddingsResult, InferenceResult, InferencingParams, ModelInfo, ModelNotSupported
 from .streams import StreamTable
 from .versions import current, interface_names
@@ -33,50 +33,62 @@ class LlmService:
     """The interface's functions on domain types, shared by guests and the Python API.
 
     `engine` is a factory so that the (slow) engine is created only when a model is first used. Each function
-    raises `LlmError` for expected failures; `define_llm` turns those into WIT `err` values.
+    raises `LlmError` for expected failures; `define_llm` turns those into WIT `err` values. Guest calls pass
+    their run's `scope`: the run owns their generations (cancelled with it, counted into its token budget).
     """
 
     def __init__(
         self,
         engine: Callable[[], Engine],
         allowed_models: frozenset[str] | None = None,
+        allowed_key: str = f"`{ALLOWED_MODELS_KEY}` in the config",
     ) -> None:
         self._engine = engine
         self._allowed_models = allowed_models
+        self._allowed_key = allowed_key
 
-    def restricted_to(self, allowed_models: frozenset[str] | None) -> LlmService:
-        """The same engine, serving only `allowed_models` (None: every configured model)."""
-        return LlmService(self._engine, allowed_models)
+    def restricted_to(self, allowed_models: frozenset[str] | None, key: str | None = None) -> LlmService:
+        """The same engine, serving only `allowed_models` (None: every configured model); `key` names the config
+        key that grants them, for the refusal."""
+        return LlmService(self._engine, allowed_models, key or self._allowed_key)
 
-    def _check_allowed(self, model: str) -> None:
+    def _check(self, model: str, scope: RunScope | None) -> None:
+        if scope is not None:
+            scope.check()
         if self._allowed_models is not None and model not in self._allowed_models:
             allowed = ", ".join(sorted(self._allowed_models)) or "none"
             raise ModelNotSupported(
-                f"model {model!r} is not allowed for this component (allowed: {allowed}); "
-                f"add it to `{ALLOWED_MODELS_KEY}` in the config"
+                f"model {model!r} is not allowed for this component (allowed: {allowed}); add it to {self._allowed_key}"
             )
 
-    def infer(self, model: str, prompt: str, params: InferencingParams) -> InferenceResult:
-        self._check_allowed(model)
-        policy.validate_params(params)
-        return self._engine().infer(model, prompt, params)
+    def infer(
+        self, model: str, prompt: str, params: InferencingParams, scope: RunScope | None = None
+    ) -> InferenceResult:
+        if scope is None:
+            self._check(model, None)
+            return self._engine().infer(model, prompt, params)
+        return collect(self.infer_stream(model, prompt, params, scope))
 
-    def infer_stream(self, model: str, prompt: str, params: InferencingParams) -> Generation:
+    def infer_stream(
+        self, model: str, prompt: str, params: InferencingParams, scope: RunScope | None = None
+    ) -> Generation:
         """Validate and start a generation; input errors are raised here, before any token is generated."""
-        self._check_allowed(model)
-        policy.validate_params(params)
-        return self._engine().stream(model, prompt, params)
+        self._check(model, scope)
+        if scope is None:
+            return self._engine().stream(model, prompt, params)
+        return ScopedGeneration(self._engine().stream(model, prompt, scope.clamp(params)), scope)
 
-    def open_sequence(self, model: str) -> TokenSequence:
-        self._check_allowed(model)
-        return self._engine().open_sequence(model)
+    def open_sequence(self, model: str, scope: RunScope | None = None) -> TokenSequence:
+        self._check(model, scope)
+        sequence = self._engine().open_sequence(model)
+        return sequence if scope is None else ScopedSequence(sequence, scope)
 
-    def tokenize(self, model: str, text: str) -> list[int]:
-        self._check_allowed(model)
+    def tokenize(self, model: str, text: str, scope: RunScope | None = None) -> list[int]:
+        self._check(model, scope)
         return self._engine().tokenize(model, text)
 
-    def model_info(self, model: str) -> ModelInfo:
-        self._check_allowed(model)
+    def model_info(self, model: str, scope: RunScope | None = None) -> ModelInfo:
+        self._check(model, scope)
         return self._engine().model_info(model)
 
     def list_models(self) -> list[ModelInfo]:
@@ -84,9 +96,10 @@ class LlmService:
         allowed = self._allowed_models
         return [info for info in self._engine().list_models() if allowed is None or info.name in allowed]
 
-    def embeddings(self, model: str, texts: list[str]) -> EmbeddingsResult:
-        self._check_allowed(model)
-        return self._engine().embeddings(model, texts)
+    def embeddings(self, model: str, texts: list[str], scope: RunScope | None = None) -> EmbeddingsResult:
+        self._check(model, scope)
+        # Between chunks the call stops when the run is cancelled (disconnect, deadline, shutdown).
+        return self._engine().embeddings(model, texts, scope.check if scope is not None else None)
 
 
 @dataclass(frozen=True)
@@ -120,16 +133,21 @@ def define_llm(
     def open_stream(store: Any, model: str, prompt: str, params: Any) -> int:
         streams = scope_streams(store, limits)
         streams.check_room()
-        return streams.open(service.infer_stream(model, prompt, abi.params_from_wit(params)))
+        return streams.open(service.infer_stream(model, prompt, abi.params_from_wit(params), scope_of(store)))
 
     bindings: dict[str, tuple[Callable[..., Any], Callable[[Any], Any]]] = {
         "infer": (
-            lambda _store, model, prompt, params: service.infer(model, prompt, abi.params_from_wit(params)),
+            lambda store, model, prompt, params: service.infer(
+                model, prompt, abi.params_from_wit(params), scope_of(store)
+            ),
             abi.inference_result_to_wit,
         ),
-        "tokenize": (lambda _store, model, text: service.tokenize(model, text), abi.tokens_to_wit),
-        "get-model-info": (lambda _store, model: service.model_info(model), abi.model_info_to_wit),
-        "generate-embeddings": (lambda _store, model, texts: service.embeddings(model, texts), abi.embeddings_to_wit),
+        "tokenize": (lambda store, model, text: service.tokenize(model, text, scope_of(store)), abi.tokens_to_wit),
+        "get-model-info": (lambda store, model: service.model_info(model, scope_of(store)), abi.model_info_to_wit),
+        "generate-embeddings": (
+            lambda store, model, texts: service.embeddings(model, texts, scope_of(store)),
+            abi.embeddings_to_wit,
+        ),
         "infer-stream": (open_stream, lambda rep: abi.own_resource(rep, STREAM_TYPE_ID)),
         "[method]inference-stream.next": (
             lambda store, this: scope_streams(store, limits).next(abi.resource_rep(store, this)),

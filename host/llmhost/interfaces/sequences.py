@@ -71,7 +71,10 @@ def define_sequences(
 
     # Functions returning result<T, error>: failures become `err` values.
     fallible: dict[str, tuple[Callable[..., Any], Callable[[Any], Any]]] = {
-        "[static]sequence.open": (opening(lambda _store, model: service.open_sequence(model)), identity),
+        "[static]sequence.open": (
+            opening(lambda store, model: service.open_sequence(model, scope_of(store))),
+            identity,
+        ),
         "[method]sequence.append": (method(lambda s, text: s.append(text)), nothing),
         "[method]sequence.append-tokens": (method(lambda s, tokens: s.append_tokens(list(tokens))), nothing),
         "[method]sequence.generate": (

@@ -10,14 +10,20 @@ guest kept in globals or lost in an exception's reference cycle.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
-from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from wasmtime import _ffi as ffi
 from wasmtime import _value
 
-from ..types import EngineError, InvalidInput
+from ..types import EngineError, InferencingParams, InvalidInput, StreamDone, StreamEvent
+
+if TYPE_CHECKING:
+    from ..engine.base import Generation, TokenSequence
+    from ..types import InferenceResult
 
 T = TypeVar("T")
 
@@ -76,20 +82,91 @@ class HandleTable(Generic[T]):
             return list(self._items.values())
 
 
-class RunScope:
-    """One run's or request's open handles, and the hooks run when it ends.
+@dataclass(frozen=True)
+class TokenBudget:
+    """The most tokens all of a run's generations may produce together, and the config key that sets it."""
 
-    The streams and sequences tables are created by the interfaces that use them (`tables`), so this module
-    knows nothing about what they hold; `close()` closes each table once, idempotently.
+    limit: int
+    key: str
+
+
+class RunScope:
+    """One run's or request's open handles, its cancellation and its token budget.
+
+    The interfaces create the streams and sequences tables they use (`table`), so this module knows nothing
+    about what they hold; `close()` closes each table once, idempotently. `cancel(reason)` stops every
+    generation the run has running (a disconnected client, a passed deadline, a stopping server): each stops
+    before its next decode step, and later calls fail with `reason`.
     """
 
-    def __init__(self, name: str = "run") -> None:
+    def __init__(self, name: str = "run", budget: TokenBudget | None = None) -> None:
         self.name = name
+        self.budget = budget
         self._tables: dict[str, Any] = {}
         self._closers: list[Callable[[], None]] = []
         self._lock = threading.Lock()
+        self._generations: set[Any] = set()  # objects with cancel(reason): the run's running generations
+        self._cancelled: str | None = None
+        self._tokens = 0
         self.closed = False
 
+    # -- cancellation and budget ------------------------------------------------------------------------
+    @property
+    def cancelled(self) -> str | None:
+        with self._lock:
+            return self._cancelled
+
+    @property
+    def tokens(self) -> int:
+        with self._lock:
+            return self._tokens
+
+    def cancel(self, reason: str) -> None:
+        with self._lock:
+            if self._cancelled is not None:
+                return
+            self._cancelled = reason
+            generations = list(self._generations)
+        for generation in generations:
+            generation.cancel(reason)
+
+    def check(self) -> None:
+        """Raise `EngineError` with the reason once the run was cancelled."""
+        reason = self.cancelled
+        if reason is not None:
+            raise EngineError(reason)
+
+    def clamp(self, params: InferencingParams) -> InferencingParams:
+        """`params` with `max-tokens` no larger than what is left of the run's token budget."""
+        self.check()
+        if self.budget is None:
+            return params
+        left = self.budget.limit - self.tokens
+        if left <= 0:
+            raise InvalidInput(
+                f"this request has generated its limit of {self.budget.limit} tokens ({self.budget.key})"
+            )
+        if params.max_tokens is not None and params.max_tokens <= left:
+            return params
+        return params.model_copy(update={"max_tokens": left})
+
+    def add_tokens(self, count: int) -> None:
+        with self._lock:
+            self._tokens += count
+
+    def attach(self, generation: Any) -> None:
+        with self._lock:
+            cancelled = self._cancelled
+            if cancelled is None:
+                self._generations.add(generation)
+        if cancelled is not None:
+            generation.cancel(cancelled)
+
+    def detach(self, generation: Any) -> None:
+        with self._lock:
+            self._generations.discard(generation)
+
+    # -- handles --------------------------------------------------------------------------------------
     def table(self, key: str, create: Callable[[], Any], close: Callable[[Any], None], *, first: bool = False) -> Any:
         """The scope's table `key`, created on first use; `close(table)` runs when the scope closes, tables
         marked `first` before the others (streams before the sequences they generate on)."""
@@ -117,9 +194,118 @@ class RunScope:
             try:
                 closer()
             except Exception:  # one failing close must not keep the others open
-                import logging
-
                 logging.getLogger(__name__).exception("closing a run's handles failed")
+
+
+class ScopedGeneration:
+    """A generation owned by a run scope: cancellable from any thread (it stops before its next step), and
+    counting its tokens into the run's budget."""
+
+    def __init__(self, inner: Generation, scope: RunScope) -> None:
+        self._inner = inner
+        self._scope = scope
+        self._lock = threading.Lock()
+        self._busy = False  # a step is running on the reader's thread
+        self._closed = False
+        self._released = False
+        self._cancelled: str | None = None
+        self._counted = 0
+        scope.attach(self)
+
+    def __iter__(self) -> Iterator[StreamEvent]:
+        return self
+
+    def __next__(self) -> StreamEvent:
+        with self._lock:
+            if self._closed:
+                if self._cancelled is not None:
+                    raise EngineError(self._cancelled)
+                raise StopIteration
+            self._busy = True
+        ended = True  # StopIteration or an error: the generation is over either way
+        try:
+            try:
+                event = next(self._inner)
+            except StopIteration:
+                if self._cancelled is not None:  # interrupted mid-step (a remote request): the cancel's error
+                    raise EngineError(self._cancelled) from None
+                raise
+            ended = False
+        finally:
+            with self._lock:
+                self._busy = False
+                self._closed = self._closed or ended
+                release = self._closed and not self._released
+                self._released = self._released or release
+            if release:
+                self._release()
+        generated = event.usage.generated_token_count
+        if generated > self._counted:
+            self._scope.add_tokens(generated - self._counted)
+            self._counted = generated
+        if self._cancelled is not None:  # cancelled during the step: its result is not wanted
+            raise EngineError(self._cancelled)
+        if isinstance(event, StreamDone):
+            self.close()
+        return event
+
+    def close(self) -> None:
+        self._stop(None)
+
+    def cancel(self, reason: str) -> None:
+        self._stop(reason)
+
+    def _stop(self, reason: str | None) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._cancelled = reason
+            # While a step runs, the stepping thread releases right after it (within one decode step).
+            release = not self._busy and not self._released
+            self._released = self._released or release
+            busy = self._busy
+        if release:
+            self._release()
+        elif busy and reason is not None:
+            # A remote generation's step waits on the network, not on a decode step: it can be interrupted from
+            # this thread (its request is closed at once), and the stepping thread then releases as usual.
+            interrupt = getattr(self._inner, "interrupt", None)
+            if interrupt is not None:
+                interrupt()
+
+    def _release(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            self._scope.detach(self)
+
+
+class ScopedSequence:
+    """A sequence owned by a run scope: its generations are scoped (cancellable, counted, clamped to the
+    budget); everything else is the sequence's own."""
+
+    def __init__(self, inner: TokenSequence, scope: RunScope) -> None:
+        self._inner = inner
+        self._scope = scope
+
+    def generate_stream(self, params: InferencingParams) -> Generation:
+        return ScopedGeneration(self._inner.generate_stream(self._scope.clamp(params)), self._scope)
+
+    def generate(self, params: InferencingParams) -> InferenceResult:
+        from ..engine.base import collect
+
+        return collect(self.generate_stream(params))
+
+    def fork(self) -> TokenSequence:
+        self._scope.check()
+        return ScopedSequence(self._inner.fork(), self._scope)
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def __getattr__(self, name: str) -> Any:  # text, token_ids, append, truncate, close, ...: unchanged
+        return getattr(self._inner, name)
 
 
 def scope_of(store: Any) -> RunScope:

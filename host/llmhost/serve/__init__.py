@@ -1,9 +1,10 @@
 """`llmhost serve`: guest components of the `http-app` world (wit/http.wit) as sandboxed HTTP apps.
 
-Layout: `config` (app config, TOML, validation), `scope` (per-request LLM scope: allowed models, token budget,
-fair admission, cancellation), `component` (one component: instantiate per request, call `handle`), `app` (the
-ASGI app: routing, limits, streaming, disconnects, deadlines, the request log), `server` (uvicorn, signals,
-graceful shutdown), `policy` (defaults and limits).
+Layout: `config` (app config, TOML, validation), `component` (one component: instantiate per request, call
+`handle`, in the request's run scope), `app` (the ASGI app: routing, limits, streaming, disconnects, deadlines, the
+request log), `protocol` (request-head timeout), `server` (uvicorn, signals, graceful shutdown), `policy`
+(defaults and limits). A request is a run scope (runtime/scope.py) with a token budget, cancelled by its
+deadline, its client's disconnect or the server's shutdown.
 """
 
 from __future__ import annotations

@@ -22,9 +22,9 @@ from typing import Any
 from .. import abi
 from ..api import HostError
 from ..interfaces.http import WriteClosed, WriteInvalid
+from ..runtime.scope import RunScope, TokenBudget
 from . import policy
 from .component import GuestFailure, HttpComponent, HttpRequest, HttpResponse
-from .scope import RequestScope
 
 _log = logging.getLogger("llmhost.serve")
 _REQUEST_IDS = itertools.count(1)
@@ -85,7 +85,7 @@ class ServeApp:
         self._executor = executor
         self.body_timeout_s = body_timeout_s
         self.max_log_bytes = max_log_bytes
-        self._live: set[RequestScope] = set()
+        self._live: set[RunScope] = set()
 
     def running(self) -> int:
         """Guests running now."""
@@ -110,7 +110,7 @@ class ServeApp:
         await Exchange(self, scope, receive, send).run()
 
     def _run_guest(
-        self, component: HttpComponent, request: HttpRequest, writer: ThreadWriter, scope: RequestScope, deadline: float
+        self, component: HttpComponent, request: HttpRequest, writer: ThreadWriter, scope: RunScope, deadline: float
     ) -> HttpResponse | GuestFailure:
         """On a worker thread: the guest's response, or why there is none (never raises)."""
         remaining = deadline - time.monotonic()
@@ -121,8 +121,7 @@ class ServeApp:
             return GuestFailure(504, f"the request waited for a free worker past its deadline ({key})")
         self._live.add(scope)
         try:
-            with scope.active():
-                return component.handle(request, writer, remaining, writer.request_id, self.max_log_bytes)
+            return component.handle(request, writer, remaining, writer.request_id, self.max_log_bytes, scope)
         except GuestFailure as failure:
             return failure
         except HostError as error:
@@ -158,7 +157,7 @@ class Exchange:
         self.closed: str | None = None  # why the guest's writes are refused from now on
         self.note = ""
         self._send_lock = asyncio.Lock()
-        self._scope: RequestScope | None = None
+        self._scope: RunScope | None = None
 
     async def run(self) -> None:
         try:
@@ -201,7 +200,8 @@ class Exchange:
                 key = component.settings.limit_key("max_body_bytes")
                 await self.respond(413, f"the request body is over the limit of {limits.max_body_bytes} bytes ({key})")
             return
-        scope = self._scope = RequestScope(component.settings)
+        budget = TokenBudget(limits.max_tokens, component.settings.limit_key("max_tokens"))
+        scope = self._scope = RunScope(f"request to {component.name}", budget)
         deadline = self._arrived + limits.deadline_s
         request = HttpRequest(self.method, self.path_with_query, self.headers, body)
         writer = ThreadWriter(self, deadline)
@@ -227,7 +227,7 @@ class Exchange:
             watcher.cancel()
 
     async def _outcome(
-        self, work: asyncio.Future[HttpResponse | GuestFailure], scope: RequestScope, deadline: float, component: Any
+        self, work: asyncio.Future[HttpResponse | GuestFailure], scope: RunScope, deadline: float, component: Any
     ) -> HttpResponse | GuestFailure:
         done, _ = await asyncio.wait({work}, timeout=max(0.0, deadline - time.monotonic()))
         if not done:
@@ -306,12 +306,12 @@ class Exchange:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    async def _watch_disconnect(self, scope: RequestScope) -> None:
+    async def _watch_disconnect(self, scope: RunScope) -> None:
         message = await self._receive()
         if message["type"] == "http.disconnect":
             self._close(_CLIENT_GONE, scope)
 
-    def _close(self, reason: str, scope: RequestScope) -> None:
+    def _close(self, reason: str, scope: RunScope) -> None:
         if self.closed is None:
             self.closed = reason
         scope.cancel(reason)

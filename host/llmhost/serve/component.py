@@ -62,6 +62,8 @@ class HttpComponent:
         self._writers = writers
         linked = host.link(
             settings.source,
+            allowed_models=settings.allowed_models,
+            allowed_key=settings.key(f"components.{settings.name}.{policy.ALLOWED_MODELS_KEY}"),
             extra={
                 name: lambda instance, imported: define_http(instance, writers, imported) for name in HTTP_INTERFACES
             },
@@ -97,6 +99,7 @@ class HttpComponent:
         deadline_s: float,
         request_id: str = "-",
         max_log_bytes: int = policy.DEFAULT_MAX_LOG_BYTES,
+        scope: RunScope | None = None,
     ) -> HttpResponse:
         """Run `handler.handle` in a fresh instance (on the calling thread) that may run for `deadline_s`.
 
@@ -121,7 +124,8 @@ class HttpComponent:
 
         sandbox = self.settings.sandbox.model_copy(update={"timeout_s": max(deadline_s, 0.001)})
         rep = self._writers.register(writer)
-        scope = RunScope(f"request to {self.name}")
+        # The request's scope (its cancellation and token budget come from the server) owns what the guest opens.
+        scope = scope if scope is not None else RunScope(f"request to {self.name}")
         store: Store | None = None
         try:
             store = new_store(

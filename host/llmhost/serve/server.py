@@ -32,7 +32,6 @@ from .app import ServeApp
 from .component import HttpComponent
 from .config import ServeSettings
 from .protocol import protocol_with_header_timeout
-from .scope import ScopedEngine
 
 _log = logging.getLogger("llmhost.serve")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -96,16 +95,11 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def model_slots(settings: ServeSettings) -> dict[str, int]:
-    return {name: model.slots for name, model in settings.host.models.items()}
-
-
 def run(settings: ServeSettings, log_level: str = "info") -> int:
     """Serve until SIGINT/SIGTERM; returns the exit status (0 after a graceful shutdown)."""
     configure_logging(log_level)
     config = settings.host
-    inner = create_engine(config)
-    engine = ScopedEngine(inner, model_slots(settings))
+    engine = create_engine(config)
     try:
         with Host(config, engine=engine, note=lambda message: _log.info("%s", message)) as host:
             return _serve(settings, host)

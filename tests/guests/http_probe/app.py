@@ -115,6 +115,16 @@ def op_hold(q, writer):
 HELD = []
 
 
+def op_open_many(q, writer):
+    opened = []
+    for i in range(int(q.get("n", "10"))):
+        try:
+            opened.append(sequences.Sequence.open(q.get("model", "gemma-3-270m")))
+        except Err as error:
+            return reply({"opened": i, "err": error_json(error)})
+    return reply({"opened": len(opened), "err": None})
+
+
 def op_embed(q, writer):
     texts = [f"text number {i} about something" for i in range(int(q.get("n", "10")))]
     try:
@@ -167,6 +177,8 @@ def op_trap(q, writer):
 def op_alloc(q, writer):
     block = bytearray(int(q["mb"]) * 1024 * 1024)
     block[::4096] = b"x" * len(block[::4096])
+    if q.get("trap"):
+        raise RuntimeError("http-probe: trap after allocating")
     return reply({"ok": len(block)})
 
 
@@ -207,6 +219,7 @@ OPERATIONS = {
     "/stream": op_stream,
     "/drip": op_drip,
     "/hold": op_hold,
+    "/open-many": op_open_many,
     "/noise": op_noise,
     "/nocontent": op_nocontent,
     "/embed": op_embed,

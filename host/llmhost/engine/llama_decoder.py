@@ -1,0 +1,275 @@
+"""`LlamaDecoder`: the decoder protocol (engine/decoder.py) on llama.cpp, through llama-cpp-python's low-level API.
+
+One llama context per model holds `slots` sequence slots (a seq_id each) in a unified KV cache of
+`context-length × slots` cells, so every resident sequence can use its whole window and `seq_cp` shares cells
+instead of copying them. Callers hold the model's lock around every call (llama.cpp contexts are not
+thread-safe).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..config import ModelConfig
+from ..types import EmbeddingsResult, EngineError, InferencingParams, InvalidInput
+from .decoder import BatchRow
+from .sampling import build_sampler
+
+log = logging.getLogger(__name__)
+
+_llama: Any = None
+_log_callback: Any = None  # kept referenced: llama.cpp holds a raw pointer to it
+_backend_lock = threading.Lock()
+_GGML_LOG_ERROR = 4  # ggml_log_level in this llama.cpp: none 0, debug 1, info 2, warn 3, error 4, cont 5
+
+
+def _install_log_callback(llama_cpp: Any) -> None:
+    """Send llama.cpp's errors to our logger and drop its chatter (llama-cpp-python's own callback maps the
+    levels of this llama.cpp version wrongly and prints every warning)."""
+    global _log_callback
+
+    def forward(level: int, text: bytes, _user_data: Any) -> None:
+        if level == _GGML_LOG_ERROR:
+            log.error("llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
+
+    _log_callback = llama_cpp.llama_log_callback(forward)
+    llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+
+
+def llama_lib() -> Any:
+    """Import llama_cpp on first use (it loads the shared library) and quiet its logging."""
+    global _llama
+    with _backend_lock:
+        if _llama is None:
+            import llama_cpp
+
+            _install_log_callback(llama_cpp)
+            llama_cpp.llama_backend_init()
+            _llama = llama_cpp
+    return _llama
+
+
+class LlamaSampler:
+    """A llama.cpp sampler chain (see sampling.build_sampler) on the decoder's context."""
+
+    def __init__(self, decoder: LlamaDecoder, params: InferencingParams) -> None:
+        self._lib = decoder.lib
+        self._ctx = decoder.ctx
+        self._chain = build_sampler(decoder.lib, decoder.n_vocab, params, decoder.n_ctx)
+
+    def accept(self, token: int) -> None:
+        self._lib.llama_sampler_accept(self._chain, token)
+
+    def sample(self, row: int) -> int:
+        return int(self._lib.llama_sampler_sample(self._chain, self._ctx, row))
+
+    def close(self) -> None:
+        if self._chain is not None:
+            self._lib.llama_sampler_free(self._chain)
+            self._chain = None
+
+
+class LlamaDecoder:
+    def __init__(self, name: str, config: ModelConfig, path: Path) -> None:
+        lib = llama_lib()
+        self.name = name
+        self.config = config
+        self.lib = lib
+        mparams = lib.llama_model_default_params()
+        mparams.n_gpu_layers = config.n_gpu_layers if config.n_gpu_layers >= 0 else 2**31 - 1
+        # llama.cpp's CPU weight repacking computes a row with 4-row tiles or single-row kernels depending on
+        # where the row falls in the batch, so a request's logits would depend on what it is batched with.
+        # Without it, every row is computed alike: greedy outputs under batching equal outputs run alone.
+        mparams.use_extra_bufts = not config.exact_batching
+        self.model = lib.llama_model_load_from_file(str(path).encode(), mparams)
+        if not self.model:
+            raise EngineError(f"llama.cpp could not load {path} (check `models.{name}.path`)")
+        self.vocab = lib.llama_model_get_vocab(self.model)
+        self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
+        self.n_ctx = config.context_length
+        self.n_batch = min(config.batch_size, self.n_ctx)
+        self.n_slots = config.slots
+        cparams = lib.llama_context_default_params()
+        cparams.n_ctx = self.n_ctx * config.slots
+        cparams.n_batch = self.n_batch
+        cparams.n_ubatch = self.n_batch
+        cparams.n_seq_max = config.slots
+        cparams.kv_unified = True  # one cell pool for all slots: seq_cp (fork, prefix reuse) copies no data
+        cparams.n_threads = config.threads
+        cparams.n_threads_batch = config.threads
+        cparams.no_perf = True
+        self.ctx = lib.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            lib.llama_model_free(self.model)
+            raise EngineError(
+                f"llama.cpp could not create a context of {self.n_ctx} × {config.slots} tokens for {name} "
+                f"(lower `models.{name}.context-length` or `models.{name}.slots`)"
+            )
+        self.memory = lib.llama_get_memory(self.ctx)
+        self.batch = lib.llama_batch_init(self.n_batch, 0, 1)
+        self._embed_ctx: Any = None
+        self._embed_batch: Any = None
+
+    # --- vocabulary --------------------------------------------------------------------------------------
+    def tokenize(self, text: str, add_special: bool) -> list[int]:
+        data = text.encode()
+        size = len(data) + 8
+        while True:
+            buf = (self.lib.llama_token * size)()
+            n = self.lib.llama_tokenize(self.vocab, data, len(data), buf, size, add_special, True)
+            if n >= 0:
+                return list(buf[:n])
+            size = -n
+
+    def piece(self, token: int) -> bytes:
+        """The bytes of one token (control tokens render as nothing)."""
+        buf = ctypes.create_string_buffer(64)
+        n = self.lib.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = self.lib.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+        return buf.raw[:n]
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self.lib.llama_vocab_is_eog(self.vocab, token))
+
+    def eos(self) -> int:
+        return int(self.lib.llama_vocab_eos(self.vocab))
+
+    # --- decoding ----------------------------------------------------------------------------------------
+    def decode(self, rows: Sequence[BatchRow], logits_at: set[int]) -> int:
+        batch = self.batch
+        i = 0
+        for slot, start, tokens in rows:
+            for offset, tok in enumerate(tokens):
+                batch.token[i] = tok
+                batch.pos[i] = start + offset
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = slot
+                batch.logits[i] = 1 if i in logits_at else 0
+                i += 1
+        batch.n_tokens = i
+        rc = int(self.lib.llama_decode(self.ctx, batch))
+        if rc not in (0, 1):
+            raise EngineError(f"llama_decode failed with code {rc} (context of {self.n_ctx} tokens per sequence)")
+        return rc
+
+    def logits(self, index: int) -> Any:
+        import numpy as np
+
+        return np.ctypeslib.as_array(self.lib.llama_get_logits_ith(self.ctx, index), shape=(self.n_vocab,))
+
+    def new_sampler(self, params: InferencingParams) -> LlamaSampler:
+        return LlamaSampler(self, params)
+
+    # --- the KV cache ------------------------------------------------------------------------------------
+    def seq_rm(self, slot: int, start: int) -> None:
+        self.lib.llama_memory_seq_rm(self.memory, slot, start, -1)
+
+    def seq_cp(self, source: int, target: int, end: int) -> None:
+        self.lib.llama_memory_seq_cp(self.memory, source, target, 0, end)
+
+    def save(self, slot: int) -> bytes | None:
+        size = self.lib.llama_state_seq_get_size(self.ctx, slot)
+        buf = (ctypes.c_uint8 * size)()
+        written = self.lib.llama_state_seq_get_data(self.ctx, buf, size, slot)
+        return bytes(buf[:written]) if written else None
+
+    def restore(self, slot: int, data: bytes) -> bool:
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        return bool(self.lib.llama_state_seq_set_data(self.ctx, buf, len(data), slot) == len(data))
+
+    # --- llama.cpp-only extras: embeddings and the vocabulary for structured output -----------------------
+    def constraint_compiler(self) -> Any:
+        from .constraints import ConstraintCompiler
+
+        return ConstraintCompiler.from_llama_vocab(self.lib, self.vocab, self.n_vocab)
+
+    def embed(
+        self, texts: list[str], lock: threading.RLock, check: Callable[[], None] | None = None
+    ) -> EmbeddingsResult:
+        """Mean of the last hidden states over each text's tokens, L2-normalized.
+
+        Bounded work under the model lock: each text runs in batch-size chunks, one chunk per hold of `lock`, so
+        generations interleave with a long embeddings call; `check()` runs between chunks and raises to stop it
+        (a cancelled request or a passed deadline). The mean is computed here (pooling none) because llama.cpp's
+        own mean pooling needs a whole sequence in one batch.
+        """
+        import numpy as np
+
+        lib = self.lib
+        ctx = self._embedding_context(lock)
+        n_embd = lib.llama_model_n_embd(self.model)
+        vectors: list[list[float]] = []
+        total = 0
+        for index, text in enumerate(texts):
+            tokens = self.tokenize(text, True)
+            total += len(tokens)
+            if len(tokens) > self.n_ctx:
+                raise InvalidInput(
+                    f"text[{index}] is {len(tokens)} tokens but the context window is {self.n_ctx} tokens"
+                )
+            summed = np.zeros(n_embd, dtype=np.float64)
+            for start in range(0, len(tokens), self.n_batch):
+                if check is not None:
+                    check()
+                chunk = tokens[start : start + self.n_batch]
+                with lock:
+                    if start == 0:
+                        lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
+                    batch = self._embed_batch
+                    for i, tok in enumerate(chunk):
+                        batch.token[i] = tok
+                        batch.pos[i] = start + i
+                        batch.n_seq_id[i] = 1
+                        batch.seq_id[i][0] = 0
+                        batch.logits[i] = 1
+                    batch.n_tokens = len(chunk)
+                    rc = lib.llama_decode(ctx, batch)
+                    if rc != 0:
+                        raise EngineError(f"llama_decode failed with code {rc} while embedding text[{index}]")
+                    rows = np.ctypeslib.as_array(lib.llama_get_embeddings(ctx), shape=(len(chunk), n_embd))
+                    summed += rows.sum(axis=0, dtype=np.float64)
+                time.sleep(0)  # let a waiting decode step take the lock
+            mean = summed / max(1, len(tokens))
+            norm = float(np.linalg.norm(mean)) or 1.0
+            vectors.append([float(v) for v in mean / norm])
+        return EmbeddingsResult(embeddings=vectors, prompt_token_count=total)
+
+    def _embedding_context(self, lock: threading.RLock) -> Any:
+        with lock:
+            if self._embed_ctx is None:
+                lib = self.lib
+                cparams = lib.llama_context_default_params()
+                cparams.n_ctx = self.n_ctx
+                cparams.n_batch = self.n_batch
+                cparams.n_ubatch = self.n_batch
+                cparams.n_seq_max = 1
+                cparams.n_threads = self.config.threads
+                cparams.n_threads_batch = self.config.threads
+                cparams.embeddings = True
+                cparams.pooling_type = lib.LLAMA_POOLING_TYPE_NONE
+                cparams.no_perf = True
+                self._embed_ctx = lib.llama_init_from_model(self.model, cparams)
+                if not self._embed_ctx:
+                    raise EngineError(f"llama.cpp could not create an embeddings context for {self.name}")
+                self._embed_batch = lib.llama_batch_init(self.n_batch, 0, 1)
+            return self._embed_ctx
+
+    def close(self) -> None:
+        lib = self.lib
+        if self._embed_ctx:
+            lib.llama_batch_free(self._embed_batch)
+            lib.llama_free(self._embed_ctx)
+            self._embed_ctx = None
+        if self.ctx:
+            lib.llama_batch_free(self.batch)
+            lib.llama_free(self.ctx)
+            lib.llama_model_free(self.model)
+            self.ctx = None

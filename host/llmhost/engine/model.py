@@ -1,0 +1,229 @@
+"""`EngineModel`: one loaded model wired from its parts — a decoder (engine/decoder.py), the slot pool, the
+scheduler — under one lock. The parts never reach back into a backend: llama.cpp is only behind the decoder, so
+the same model runs on `FakeDecoder` in unit tests.
+
+Every decoder call runs under the model's lock; the scheduler decodes every running generation in one batch per
+step (scheduler.py); slots.py keeps the slots; llama_sequence.py has the guest-facing sequences.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..config import ModelConfig
+from ..types import Constraint, EmbeddingsResult, EngineError, InferencingParams, InvalidInput, TokenLogprob, TopLogprob
+from .constraint_mask import TokenConstraint
+from .decoder import BatchRow, Decoder
+from .scheduler import Row, Scheduler
+from .sequence_state import SeqState, attribute_text
+from .slots import SlotPool
+
+if TYPE_CHECKING:
+    from .scheduler import LlamaGeneration
+
+
+class EngineModel:
+    def __init__(self, name: str, config: ModelConfig, decoder: Decoder) -> None:
+        self.name = name
+        self.config = config
+        self.decoder = decoder
+        self.lock = threading.RLock()
+        self.n_vocab = decoder.n_vocab
+        self.n_ctx = decoder.n_ctx  # the window of one sequence
+        self.n_batch = decoder.n_batch
+        # Decode threads on every core the process may use, and no GPU doing the work (see scheduler.READER_TURN_S)
+        self.cpu_bound = config.n_gpu_layers == 0 and config.threads >= len(os.sched_getaffinity(0))
+        self.scheduler = Scheduler(self)
+        self.slots = SlotPool(decoder, decoder.n_slots, self.lock, name, on_free=self.scheduler.wake)
+        self._constraints: Any = None  # the model's ConstraintCompiler, created on first use (llguidance)
+        self._constraints_lock = threading.Lock()
+        # Tokens run through the model so far (prefill and decode): what generations cost, for tests and stats.
+        self.evaluated_tokens = 0
+        self.decode_seconds = 0.0  # wall time spent decoding (benchmarks subtract it from latencies)
+        self.decoding = False  # inside a decode now
+        self.decode_threads: list[int] = []  # the thread of each decode, while `record_decode_threads` is on
+        self.record_decode_threads = False
+
+    # --- state -------------------------------------------------------------------------------------------
+    @property
+    def free_slots(self) -> int:
+        return self.slots.available
+
+    @property
+    def swapped_bytes(self) -> int:
+        return self.slots.swapped_bytes
+
+    @property
+    def swaps_out(self) -> int:
+        return self.slots.swaps_out
+
+    @property
+    def reused_prompt_tokens(self) -> int:
+        return self.slots.reused_prompt_tokens
+
+    def check_swap_room(self) -> None:
+        """Refuse a new sequence while swapped-out sequences hold the model's host-memory cap (each new one may
+        push another out to host memory)."""
+        limit = self.config.max_swapped_mb * 1024 * 1024
+        if self.slots.swapped_bytes >= limit:
+            raise InvalidInput(
+                f"model {self.name!r} holds {self.slots.swapped_bytes / 2**20:.0f} MB of swapped-out sequences, its "
+                f"limit (close some sequences, or raise `models.{self.name}.max-swapped-mb` in the config)"
+            )
+
+    # --- vocabulary --------------------------------------------------------------------------------------
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        return self.decoder.tokenize(text, add_special)
+
+    def piece(self, token: int) -> bytes:
+        return self.decoder.piece(token)
+
+    def texts_of(self, tokens: list[int], text: str) -> list[str]:
+        return attribute_text([self.piece(t) for t in tokens], text)
+
+    def is_eog(self, token: int) -> bool:
+        return self.decoder.is_eog(token)
+
+    # --- decoding ----------------------------------------------------------------------------------------
+    def evaluate(self, state: SeqState, upto: int) -> None:
+        """Run tokens[n_kv:upto] of `state` through the model now, in batch-size chunks (the logits of the last
+        one are row -1 afterwards). For appends; generations go through the scheduler. Lock held, attached."""
+        while state.n_kv < upto:
+            chunk = state.tokens[state.n_kv : min(upto, state.n_kv + self.n_batch)]
+            if self._decode([(state, chunk)], {len(chunk) - 1}) != 0:
+                raise EngineError(f"no room in the KV cache of {self.name} for {len(chunk)} tokens")
+            state.n_kv += len(chunk)
+            state.evaluated += len(chunk)
+            self.evaluated_tokens += len(chunk)
+
+    def decode_rows(self, rows: list[Row]) -> list[Row]:
+        """Decode one scheduler step: every row's tokens of its sequence in one batch. Rows that ask to sample
+        get `sample_at` set to their batch index. When the decoder finds no room in the KV cache (code 1), the
+        batch is shrunk (prefill chunks dropped from the end) and retried; what was left out runs next step."""
+        while rows:
+            plan: list[tuple[SeqState, list[int]]] = []
+            logits_rows: set[int] = set()
+            index = 0
+            for row in rows:
+                plan.append((row.job.state, row.tokens))
+                index += len(row.tokens)
+                if row.sample_at is not None:
+                    row.sample_at = index - 1
+                    logits_rows.add(index - 1)
+            if self._decode(plan, logits_rows) == 0:
+                for row in rows:
+                    row.job.state.n_kv += len(row.tokens)
+                    row.job.state.evaluated += len(row.tokens)
+                    self.evaluated_tokens += len(row.tokens)
+                return rows
+            rows = rows[: len(rows) // 2] if len(rows) > 1 else []
+        return []
+
+    def _decode(self, plan: list[tuple[SeqState, list[int]]], logits_rows: set[int]) -> int:
+        batch: list[BatchRow] = []
+        for state, tokens in plan:
+            assert state.slot is not None
+            batch.append((state.slot, state.n_kv, tokens))
+        if self.record_decode_threads:
+            self.decode_threads.append(threading.get_ident())
+        started = time.perf_counter()
+        self.decoding = True
+        try:
+            return self.decoder.decode(batch, logits_rows)  # noqa
+        finally:
+            self.decoding = False
+            self.decode_seconds += time.perf_counter() - started
+
+    def unevaluate_last(self, state: SeqState) -> None:
+        """When every token of `state` is in the cache, drop the last one from it: its logits are gone once
+        anything else ran, and evaluating it again is how to get them. Lock held, `state` attached."""
+        if state.n_kv >= len(state.tokens):
+            state.n_kv = len(state.tokens) - 1
+            assert state.slot is not None
+            self.decoder.seq_rm(state.slot, state.n_kv)
+
+    def prepare(self, params: InferencingParams) -> TokenConstraint | None:
+        """The model-dependent checks of `params` (token ids in its vocabulary; the constraint compiles), and the
+        generation's fresh constraint matcher. Raises `InvalidInput` before any token is generated."""
+        for i, entry in enumerate(params.logit_bias):
+            if entry.token_id >= self.n_vocab:
+                raise InvalidInput(
+                    f"logit-bias[{i}].token-id {entry.token_id} is not a token of {self.name} "
+                    f"(ids are 0 to {self.n_vocab - 1})"
+                )
+        return self.new_constraint(params.constraint)
+
+    def new_constraint(self, constraint: Constraint | None) -> TokenConstraint | None:
+        """A fresh matcher for one generation (compiled grammars are cached by their text). Raises
+        `InvalidInput` with the parser's message for a bad schema, regex or grammar."""
+        if constraint is None:
+            return None
+        factory = getattr(self.decoder, "constraint_compiler", None)
+        if factory is None:
+            raise InvalidInput(f"structured output is not available for {self.name} (its backend has no vocabulary)")
+        with self._constraints_lock:
+            if self._constraints is None:
+                self._constraints = factory()
+            compiler = self._constraints
+        return compiler.start(constraint)
+
+    def sample_row(self, job: LlamaGeneration, row: int, mask: Any) -> tuple[int, float | None, TokenLogprob | None]:
+        """Sample `job`'s next token from output `row`: log-probabilities from the raw logits, then the
+        constraint's mask, then the sampler chain. Returns (token, its raw logprob, its logprob entry)."""
+        if not job.logprobs and job.constraint is None:
+            return job.sampler.sample(row), None, None
+        import numpy as np
+
+        logits = self.decoder.logits(row)
+        lse = 0.0
+        top: tuple[TopLogprob, ...] = ()
+        if job.logprobs:  # from the raw distribution, before the mask changes the row
+            peak = float(logits.max())
+            lse = peak + float(np.log(np.exp(logits - peak).sum()))
+            k = job.params.logprobs or 0
+            if k:
+                best = np.argpartition(logits, -k)[-k:]
+                best = best[np.argsort(-logits[best], kind="stable")]
+                top = tuple(
+                    TopLogprob(token_id=int(t), bytes=self.piece(int(t)), logprob=float(logits[t]) - lse) for t in best
+                )
+        if job.constraint is not None and not job.constraint.apply(logits, mask):
+            # Nothing is allowed (the matcher failed): end the generation as the language would.
+            token = self.decoder.eos()
+        else:
+            token = job.sampler.sample(row)
+        if not job.logprobs:
+            return token, None, None
+        logprob = float(logits[token]) - lse
+        entry = None
+        if job.params.logprobs is not None:
+            entry = TokenLogprob(token_id=token, bytes=self.piece(token), logprob=logprob, top=top)
+        return token, logprob, entry
+
+    def next_logits(self, state: SeqState) -> list[float]:
+        """The model's next-token logits after `state` (for checks that state equals text)."""
+        with self.lock:
+            self.slots.attach(state)
+            self.unevaluate_last(state)
+            self.evaluate(state, len(state.tokens))
+            return [float(x) for x in self.decoder.logits(-1)]
+
+    def embed(self, texts: list[str], check: Callable[[], None] | None = None) -> EmbeddingsResult:
+        from .. import policy
+
+        policy.check_embedding_texts(texts)
+        embed = getattr(self.decoder, "embed", None)
+        if embed is None:
+            raise InvalidInput(f"embeddings are not available for {self.name}")
+        return embed(texts, self.lock, check)
+
+    def close(self) -> None:
+        self.scheduler.stop()  # outside the lock: its last step needs it
+        self.scheduler.masks.close()
+        with self.lock:
+            self.slots.close()
+            self.decoder.close()
