@@ -98,8 +98,9 @@ def constraint_fields(server: str, constraint: Constraint) -> dict[str, Any]:
 
     kind, text = constraint.kind, constraint.text
     if server == "vllm":
+        if kind == "json-schema":
+            return {"structured_outputs": {"json": _json_or_invalid(text)}}
         value: dict[str, Any] = {
-            "json-schema": {"json": _json_or_invalid(text)},
             "json-object": {"json_object": True},
             "regex": {"regex": text},
             "grammar": {"grammar": text},
