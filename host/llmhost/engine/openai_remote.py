@@ -100,13 +100,13 @@ def constraint_fields(server: str, constraint: Constraint) -> dict[str, Any]:
     if server == "vllm":
         if kind == "json-schema":
             return {"structured_outputs": {"json": _json_or_invalid(text)}}
-        value: dict[str, Any] = {
+        fields: dict[str, dict[str, Any]] = {
             "json-object": {"json_object": True},
             "regex": {"regex": text},
             "grammar": {"grammar": text},
             "choice": {"choice": list(constraint.options)},
-        }[kind]
-        return {"structured_outputs": value}
+        }
+        return {"structured_outputs": fields[kind]}
     if server == "sglang":
         if kind == "json-schema":
             return {"json_schema": text}
