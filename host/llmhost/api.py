@@ -110,7 +110,12 @@ class Host:
         self._closed = False
         self._llm = LlmService(self._get_engine)
         sandbox = self.config.sandbox
-        self.limits = ScopeLimits(sandbox.stream_idle_timeout_s, sandbox.max_open_streams, sandbox.max_open_sequences)
+        self.limits = ScopeLimits(
+            sandbox.stream_idle_timeout_s,
+            sandbox.max_open_streams,
+            sandbox.max_open_sequences,
+            sandbox.max_sequence_mb * 1024 * 1024,
+        )
 
     # -- engine and wasmtime, created on first use ------------------------------------------------------
 

@@ -98,6 +98,7 @@ class SandboxConfig(_Section):
     # `open`/`fork`/`infer-stream` get `invalid-input` naming the key.
     max_open_sequences: int = Field(policy.MAX_OPEN_SEQUENCES, ge=1)
     max_open_streams: int = Field(policy.MAX_OPEN_STREAMS, ge=1)
+    max_sequence_mb: int = Field(policy.MAX_SEQUENCE_MB, ge=1)  # host memory one run's sequences may hold
 
 
 def _default_models() -> dict[str, ModelConfig]:

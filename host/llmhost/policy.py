@@ -29,6 +29,8 @@ MAX_ABS_LOGIT_BIAS = 100.0
 # can hold a context window of KV state in host memory once swapped out (~7 MB per 1,000 tokens here).
 MAX_OPEN_SEQUENCES = 64
 MAX_OPEN_STREAMS = 64
+# Default of `sandbox.max-sequence-mb`: host memory one run's sequences may hold (their swapped-out KV state).
+MAX_SEQUENCE_MB = 512
 # Default of `models.NAME.max-swapped-mb`: host memory for swapped-out sequences' KV state, per model.
 MAX_SWAPPED_MB = 2048
 # Texts per `generate-embeddings` call (OpenAI's limit); each is also bounded by the context window.

@@ -153,3 +153,28 @@ def test_cli_infer_rejects_bad_params_with_the_same_message(real_config: Any) ->
     )
     assert completed.returncode != 0
     assert "top-p must be in (0, 1], got 0.0" in completed.stderr
+
+
+def test_forks_past_the_scope_memory_quota_are_refused(llmhost_cache_dir: Path, probe_wasm: Path) -> None:
+    # One slot, so every fork beyond it is swapped out to host memory; 1 MB of it per run.
+    from llmhost import HostConfig
+    from llmhost.config import ModelConfig, SandboxConfig
+
+    config = HostConfig(
+        models={MODEL: ModelConfig(slots=1, prefix_cache=False, context_length=512)},
+        sandbox=SandboxConfig(max_sequence_mb=1),
+        cache_dir=llmhost_cache_dir,
+    )
+    with Host(config, note=lambda _: None) as host:
+        app = host.load(probe_wasm)
+        text = " ".join(f"word{i}" for i in range(120))
+        script = [["open", "a"], ["append", "a", text]] + [["fork", "a", f"f{i}"] for i in range(40)]
+        from probe_driver import run_probe
+
+        steps = run_probe(app, "seq", MODEL, json.dumps(script)).value
+        errors = [step["err"] for step in steps if "err" in step]
+        assert errors, "the quota never applied"
+        assert all(e["kind"] == "invalid-input" and "sandbox.max-sequence-mb" in e["message"] for e in errors)
+        assert sum("ok" in step for step in steps[2:]) >= 1  # forks were allowed up to the quota
+        model = host.engine.model(MODEL)  # type: ignore[attr-defined]
+        assert model.swapped_bytes == 0 and model.free_slots == 1  # all freed with the run

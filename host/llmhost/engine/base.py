@@ -56,6 +56,10 @@ class TokenSequence(Protocol):
 
     def fork(self) -> TokenSequence: ...
 
+    def host_bytes(self) -> int:
+        """Host memory this sequence holds (its KV state while swapped out)."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -43,6 +43,9 @@ class LlamaSequence:
     def log_likelihood(self) -> float:
         return math.fsum(lp for lp in self._state.logprobs if lp is not None)
 
+    def host_bytes(self) -> int:
+        return len(self._state.saved or b"")
+
     def evaluated_token_count(self) -> int:
         return self._state.evaluated
 

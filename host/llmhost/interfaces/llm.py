@@ -109,6 +109,7 @@ class ScopeLimits:
     stream_idle_timeout_s: float | None = 60.0
     max_open_streams: int = policy.MAX_OPEN_STREAMS
     max_open_sequences: int = policy.MAX_OPEN_SEQUENCES
+    max_sequence_bytes: int = policy.MAX_SEQUENCE_MB * 1024 * 1024
 
 
 def scope_streams(store: Any, limits: ScopeLimits) -> StreamTable:

@@ -12,6 +12,7 @@ from .. import abi
 from ..engine.base import TokenSequence
 from ..runtime.host_funcs import add_func
 from ..runtime.scope import HandleTable, scope_of
+from ..types import InvalidInput
 from .llm import STREAM_TYPE_ID, LlmService, ScopeLimits, scope_streams
 from .versions import current, interface_names
 
@@ -23,6 +24,7 @@ SEQUENCE_TYPE_ID = 2
 
 
 MAX_OPEN_KEY = "sandbox.max-open-sequences"
+MAX_SEQUENCE_MB_KEY = "sandbox.max-sequence-mb"
 
 
 def _close_all(table: HandleTable[TokenSequence]) -> None:
@@ -45,10 +47,20 @@ def define_sequences(
     def own(store: Any, sequence: TokenSequence) -> Any:
         return abi.own_resource(scope_sequences(store, limits).add(sequence), SEQUENCE_TYPE_ID)
 
-    def opening(create: Callable[..., TokenSequence]) -> Callable[..., Any]:
-        # The quota is checked before the sequence exists, so a refused open/fork costs nothing.
+    def opening(create: Callable[..., TokenSequence], borrows: bool = False) -> Callable[..., Any]:
+        # The quotas are checked before the sequence exists, so a refused open/fork costs nothing. A method's
+        # borrowed handle is resolved first: a call that returns with a borrow unconsumed traps the guest.
         def call(store: Any, *args: Any) -> Any:
-            scope_sequences(store, limits).check_room()
+            if borrows:
+                args = (scope_sequences(store, limits).get(abi.resource_rep(store, args[0])), *args[1:])
+            table = scope_sequences(store, limits)
+            table.check_room()
+            held = sum(sequence.host_bytes() for sequence in table.values())
+            if held >= limits.max_sequence_bytes:
+                raise InvalidInput(
+                    f"this run's sequences hold {held / 2**20:.1f} MB of host memory, its limit (close some, or "
+                    f"raise `{MAX_SEQUENCE_MB_KEY}` in the config)"
+                )
             return own(store, create(store, *args))
 
         return call
@@ -84,7 +96,7 @@ def define_sequences(
         "[method]sequence.generate-stream": (generate_stream, lambda rep: abi.own_resource(rep, STREAM_TYPE_ID)),
         "[method]sequence.truncate": (method(lambda s, count: s.truncate(count)), nothing),
         "[method]sequence.fork": (
-            opening(lambda store, this: scope_sequences(store, limits).get(abi.resource_rep(store, this)).fork()),
+            opening(lambda _store, sequence: sequence.fork(), borrows=True),
             identity,
         ),
     }
