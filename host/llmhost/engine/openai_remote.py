@@ -630,6 +630,10 @@ class RemoteSequence:
         copy._tokens, copy._texts, copy._logprobs = list(self._tokens), list(self._texts), list(self._logprobs)
         return copy
 
+    def host_bytes(self) -> int:
+        """Host memory it holds: no KV state here (that lives on the servers), only its ids and texts."""
+        return 8 * len(self._tokens) + sum(len(t) for t in self._texts)
+
     def close(self) -> None:
         self.closed = True
 
