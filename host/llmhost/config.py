@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from . import policy
 
@@ -43,6 +43,33 @@ class ModelConfig(_Section):
     # `tokenizer.chat_template`: inline text, or a file (relative to the config file). Inline wins.
     chat_template: str | None = None
     chat_template_file: Path | None = None
+
+    # --- where the model runs (docs/scale-out.md) ---------------------------------------------------------
+    # "llama-cpp": in this process. "openai": on remote OpenAI-compatible servers (vLLM, SGLang, llama.cpp's
+    # server, llama-cpp-python's server, another llmhost); `slots` is then how many requests it has in flight.
+    backend: Literal["llama-cpp", "openai"] = "llama-cpp"
+    base_urls: tuple[str, ...] = ()  # e.g. ["http://10.0.0.5:8000/v1"]; requests go round-robin over them
+    remote_model: str | None = None  # the name the server serves it under (default: this model's name)
+    # The environment variable holding the API key (sent as a bearer token). The key itself never appears in a
+    # config file or a log.
+    api_key_env: str | None = None
+    # Which server it is: decides which of our parameters can be mapped onto its fields (docs/scale-out.md).
+    server: Literal["generic", "vllm", "sglang", "llama-cpp-server", "llama-cpp-python", "llmhost"] = "generic"
+    # Send sequences' token ids as the prompt (the server's prefix cache then reuses them exactly). Default: on
+    # for servers known to accept token-id prompts (vLLM, SGLang, llama.cpp's server).
+    token_prompts: bool | None = None
+    connect_timeout_s: float = Field(5.0, gt=0)
+    read_timeout_s: float = Field(120.0, gt=0)  # the longest silence allowed while waiting for the next chunk
+    retries: int = Field(3, ge=0, le=20)  # extra attempts after 429/503 or a refused connection
+
+    @model_validator(mode="after")
+    def _check_backend(self) -> ModelConfig:
+        if self.backend == "openai" and not self.base_urls:
+            raise ValueError('`base-urls` is required with backend = "openai" (e.g. ["http://host:8000/v1"])')
+        for url in self.base_urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"`base-urls`: {url!r} is not an http(s) URL")
+        return self
 
 
 class LlamaCppEngineConfig(_Section):

@@ -86,6 +86,13 @@ class GenerationText:
             return Step(self._release(chunk_text + tail), self._set_finish(self._limit_reason()))
         return Step(self._release(scan.release))
 
+    def end(self, reason: FinishReason) -> Step:
+        """The generation ended for a reason known outside the token stream (a remote server's finish reason
+        without a token of its own): release held text and finish (`stop` wins if a stop sequence matched)."""
+        if self.finish_reason is not None:
+            return Step()
+        return self._finish(reason)
+
     def end_of_language(self) -> Step:
         """The constraint admits no further token: the generation ends with `stop`, like end-of-generation."""
         if self.finish_reason is not None:

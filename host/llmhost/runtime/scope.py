@@ -224,7 +224,12 @@ class ScopedGeneration:
             self._busy = True
         ended = True  # StopIteration or an error: the generation is over either way
         try:
-            event = next(self._inner)
+            try:
+                event = next(self._inner)
+            except StopIteration:
+                if self._cancelled is not None:  # interrupted mid-step (a remote request): the cancel's error
+                    raise EngineError(self._cancelled) from None
+                raise
             ended = False
         finally:
             with self._lock:
@@ -259,8 +264,15 @@ class ScopedGeneration:
             # While a step runs, the stepping thread releases right after it (within one decode step).
             release = not self._busy and not self._released
             self._released = self._released or release
+            busy = self._busy
         if release:
             self._release()
+        elif busy and reason is not None:
+            # A remote generation's step waits on the network, not on a decode step: it can be interrupted from
+            # this thread (its request is closed at once), and the stepping thread then releases as usual.
+            interrupt = getattr(self._inner, "interrupt", None)
+            if interrupt is not None:
+                interrupt()
 
     def _release(self) -> None:
         try:
