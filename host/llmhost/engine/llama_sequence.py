@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from ..types import BeamParams, EngineError, InferenceResult, InferencingParams, InvalidInput
+from ..types import BeamParams, InferenceResult, InferencingParams, InvalidInput
+from . import search
 from .base import TokenSequence, collect
 from .scheduler import LlamaGeneration
 from .sequence_state import SeqState, attribute_text
@@ -112,10 +113,16 @@ class LlamaSequence:
         return LlamaSequence(self._model, self._model.slots.fork(self._state))
 
     def score(self, continuations: list[str]) -> list[float]:
-        raise EngineError("sequence.score is not available yet in this build")
+        self._check_idle()
+        return search.score(self._model, self._state, continuations)
 
     def beam_search(self, params: BeamParams) -> list[tuple[TokenSequence, float]]:
-        raise EngineError("sequence.beam-search is not available yet in this build")
+        self._check_idle()
+        self._model.check_swap_room()
+        return [
+            (LlamaSequence(self._model, state), value)
+            for state, value in search.beam_search(self._model, self._state, params)
+        ]
 
     def close(self) -> None:
         if not self.closed:
