@@ -10,6 +10,6 @@ from setuptools import find_packages, setup
 setup(
     packages=[*find_packages("host", include=["llmhost", "llmhost.*"]), "llmhost.wit"],
     package_dir={"": "host", "llmhost.wit": "wit"},
-    package_data={"llmhost": ["py.typed"], "llmhost.wit": ["*.wit", "0.1.0/*.wit"]},
+    package_data={"llmhost": ["py.typed", "guest_sdk/llmhost_guest/*.py"], "llmhost.wit": ["*.wit", "0.1.0/*.wit"]},
     include_package_data=False,
 )
