@@ -11,9 +11,8 @@
 
 import json
 
-from wit_world import WitWorld as _World
-
 from llmhost_guest import InvalidInput, LlmError, ModelNotSupported, Sequence, llm
+from wit_world import WitWorld as _World
 
 GREEDY = {"temperature": 0.0, "repeat_penalty": 1.0}
 
