@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import batching
+import sdk
 
 from llmhost import Host, HostConfig, InferencingParams
 from llmhost.build import build_component
@@ -382,6 +383,7 @@ def main() -> int:
     restart = second_start(wasm, env)
     host.close()
     batching_rows = batching.run(config, model_path, MODEL, THREADS, N_GPU_LAYERS)
+    sdk_rows = sdk.run(config, MODEL, THREADS, N_GPU_LAYERS, args.rounds)
 
     lines = [
         "# Benchmarks",
@@ -454,6 +456,10 @@ def main() -> int:
         "the request.",
         "",
         *batching_rows,
+        "",
+        "## Guest SDK: beam search and score (bench/sdk.py)",
+        "",
+        *sdk_rows,
         "",
         "## Components",
         "",
