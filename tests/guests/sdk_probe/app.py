@@ -141,4 +141,3 @@ class WitWorld(_World):
             return 1
         print(json.dumps({"ok": value}), flush=True)
         return 0
-
