@@ -30,6 +30,7 @@ from pathlib import Path
 
 import batching
 import devloop
+import sdk
 import structured
 
 from llmhost import Host, HostConfig, InferencingParams
@@ -388,6 +389,7 @@ def main() -> int:
     batching_rows = batching.run(config, model_path, MODEL, THREADS, N_GPU_LAYERS)
     structured_rows = structured.run(config, model_path, MODEL, THREADS, N_GPU_LAYERS)
     devloop_rows = devloop.run(config.cache_dir)
+    sdk_rows = sdk.run(config, MODEL, THREADS, N_GPU_LAYERS, args.rounds)
 
     lines = [
         "# Benchmarks",
@@ -468,6 +470,10 @@ def main() -> int:
         "## Developer loop",
         "",
         *devloop_rows,
+        "",
+        "## Guest SDK: beam search and score (bench/sdk.py)",
+        "",
+        *sdk_rows,
         "",
         "## Components",
         "",

@@ -26,6 +26,10 @@ os.environ.setdefault("LLMHOST_COMPILE_STRATEGY", "optimized")
 GUEST_SOURCES = {
     "probe": REPO / "tests" / "guests" / "probe",
     "hello": REPO / "guest-examples" / "hello",
+    "continuous": REPO / "guest-examples" / "continuous",
+    "classify": REPO / "guest-examples" / "classify",
+    "beam-search": REPO / "guest-examples" / "beam-search",
+    "sdk_probe": REPO / "tests" / "guests" / "sdk_probe",  # the guest SDK (llmhost_guest) through a guest
     # The probe as it was at llmhost:llm@0.1.0, built against that WIT: 0.1.0 components must keep running.
     "probe_0_1_0": REPO / "tests" / "guests" / "probe_0_1_0",
 }

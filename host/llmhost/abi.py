@@ -30,6 +30,7 @@ from wasmtime.component import (
 
 from . import policy
 from .types import (
+    BeamParams,
     ChatEvent,
     ChatMessage,
     ChatParams,
@@ -483,3 +484,17 @@ def chat_event_to_wit(event: ChatEvent | None) -> Variant | None:
     wrapped = stream_event_to_wit(event)
     assert wrapped is not None
     return Variant("content", wrapped.payload) if wrapped.tag == "chunk" else wrapped
+
+
+def beam_params_from_wit(value: Any) -> BeamParams:
+    """Validated (`policy.check_beam_params`): raises `InvalidInput` naming the field."""
+    return BeamParams(
+        width=int(value.width),
+        max_tokens=int(getattr(value, "max-tokens")),
+        stop=tuple(str(s) for s in value.stop),
+        length_penalty=_shortest_f32(float(getattr(value, "length-penalty"))),
+    )
+
+
+def beam_to_wit(sequence: ResourceHost, score: float) -> Record:
+    return _record({"sequence": sequence, "score": float(score)})

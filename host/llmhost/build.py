@@ -82,6 +82,11 @@ def wit_dir() -> Path:
     raise BuildError(f"the WIT files were not found next to {here} (a broken install? reinstall llmhost)")
 
 
+def guest_sdk_dir() -> Path:
+    """The directory holding the `llmhost_guest` package (the guest SDK), put on every guest's module path."""
+    return Path(__file__).resolve().parent / "guest_sdk"
+
+
 def componentize_py() -> str:
     """componentize-py from this interpreter's environment first (the pinned version), else from PATH."""
     beside = Path(sys.executable).parent / COMPONENTIZE_PY
@@ -110,7 +115,7 @@ def _source_files(root: Path) -> Iterator[Path]:
 def build_key(app_dir: Path, wit: Path, world: str, tool_version: str) -> str:
     prelude = hashlib.sha256((PRELUDE + ENTRY).encode()).hexdigest()
     digest = hashlib.sha256(f"world={world}|{tool_version}|prelude={prelude}".encode())
-    for label, root in (("app", app_dir), ("wit", wit)):
+    for label, root in (("app", app_dir), ("wit", wit), ("sdk", guest_sdk_dir())):
         for path in _source_files(root):
             digest.update(f"|{label}:{path.relative_to(root).as_posix()}:".encode())
             digest.update(hashlib.sha256(path.read_bytes()).digest())
@@ -184,9 +189,9 @@ def _componentize(tool: str, app_dir: Path, wit: Path, world: str, destination: 
         Path(entry_dir, f"{ENTRY_MODULE}.py").write_text(ENTRY)
         Path(entry_dir, f"{PRELUDE_MODULE}.py").write_text(PRELUDE)
         command = [tool, "-d", str(wit), "-w", world, "componentize", ENTRY_MODULE, "-p", entry_dir, "-p", str(app_dir)]
-        command += ["-o", tmp]
+        command += ["-p", str(guest_sdk_dir()), "-o", tmp]  # the app's own modules shadow the SDK's
         # componentize-py adds $VIRTUAL_ENV's site-packages to the guest's module path; the host's virtualenv is
-        # not the guest's (and the cache key cannot see it), so the guest gets only its own directory.
+        # not the guest's (and the cache key cannot see it), so the guest gets only its own directory and the SDK.
         env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
         try:
             result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)

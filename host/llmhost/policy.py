@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .types import Constraint, InferencingParams, InvalidInput
+from .types import BeamParams, Constraint, InferencingParams, InvalidInput
 
 DEFAULT_MODEL = "gemma-3-270m"
 DEFAULT_CONTEXT_LENGTH = 4096
@@ -35,6 +35,12 @@ MAX_SEQUENCE_MB = 512
 MAX_SWAPPED_MB = 2048
 # Texts per `generate-embeddings` call (OpenAI's limit); each is also bounded by the context window.
 MAX_EMBEDDING_TEXTS = 2048
+# Beam search: beams kept per step, tokens per beam, the length-normalisation exponent.
+MAX_BEAM_WIDTH = 16
+MAX_BEAM_TOKENS = 4096
+MAX_LENGTH_PENALTY = 10.0
+# Continuations per `sequence.score` call (each is a fork decoded beside the others).
+MAX_SCORE_CONTINUATIONS = 256
 U32_MAX = 2**32 - 1
 U64_MAX = 2**64 - 1
 
@@ -72,15 +78,7 @@ def check_params(params: InferencingParams) -> None:
         raise InvalidInput(
             f"logprobs must be 0 (the sampled token only) to {MAX_TOP_LOGPROBS} alternatives, got {params.logprobs}"
         )
-    if len(params.stop) > MAX_STOP_SEQUENCES:
-        raise InvalidInput(f"stop has {len(params.stop)} entries; at most {MAX_STOP_SEQUENCES} are allowed")
-    for i, s in enumerate(params.stop):
-        if s == "":
-            raise InvalidInput(
-                f"stop[{i}] is an empty string; stop sequences must be 1 to {MAX_STOP_LENGTH} characters"
-            )
-        if len(s) > MAX_STOP_LENGTH:
-            raise InvalidInput(f"stop[{i}] has {len(s)} characters; at most {MAX_STOP_LENGTH} are allowed")
+    check_stops(params.stop)
     if len(params.logit_bias) > MAX_LOGIT_BIAS_ENTRIES:
         raise InvalidInput(
             f"logit-bias has {len(params.logit_bias)} entries; at most {MAX_LOGIT_BIAS_ENTRIES} are allowed"
@@ -94,6 +92,36 @@ def check_params(params: InferencingParams) -> None:
             raise InvalidInput(f"logit-bias[{i}].token-id must be a u32, got {entry.token_id}")
     if params.constraint is not None:
         check_constraint(params.constraint)
+
+
+def check_stops(stop: tuple[str, ...]) -> None:
+    if len(stop) > MAX_STOP_SEQUENCES:
+        raise InvalidInput(f"stop has {len(stop)} entries; at most {MAX_STOP_SEQUENCES} are allowed")
+    for i, s in enumerate(stop):
+        if s == "":
+            raise InvalidInput(
+                f"stop[{i}] is an empty string; stop sequences must be 1 to {MAX_STOP_LENGTH} characters"
+            )
+        if len(s) > MAX_STOP_LENGTH:
+            raise InvalidInput(f"stop[{i}] has {len(s)} characters; at most {MAX_STOP_LENGTH} are allowed")
+
+
+def check_beam_params(params: BeamParams) -> None:
+    """Called when `BeamParams` is constructed, like `check_params`."""
+    if not 1 <= params.width <= MAX_BEAM_WIDTH:
+        raise InvalidInput(f"width must be 1 to {MAX_BEAM_WIDTH}, got {params.width}")
+    if not 1 <= params.max_tokens <= MAX_BEAM_TOKENS:
+        raise InvalidInput(f"max-tokens must be 1 to {MAX_BEAM_TOKENS}, got {params.max_tokens}")
+    if not 0 <= params.length_penalty <= MAX_LENGTH_PENALTY:  # also rejects NaN
+        raise InvalidInput(
+            f"length-penalty must be in [0, {MAX_LENGTH_PENALTY}] (0: none), got {params.length_penalty}"
+        )
+    check_stops(params.stop)
+
+
+def check_continuations(continuations: list[str]) -> None:
+    if len(continuations) > MAX_SCORE_CONTINUATIONS:
+        raise InvalidInput(f"score got {len(continuations)} continuations; at most {MAX_SCORE_CONTINUATIONS} per call")
 
 
 def check_constraint(constraint: Constraint) -> None:

@@ -183,6 +183,24 @@ class InvalidInput(LlmError):
     kind = "invalid-input"
 
 
+class BeamParams(BaseModel):
+    """WIT `beam-params` (validated when constructed: `policy.check_beam_params`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    width: int = 4
+    max_tokens: int = 32
+    stop: tuple[str, ...] = ()
+    length_penalty: float = 0.0
+
+    @model_validator(mode="after")
+    def _check(self) -> BeamParams:
+        from . import policy
+
+        policy.check_beam_params(self)
+        return self
+
+
 # -- chat (WIT `chat`, `chat-stream`, `apply-chat-template`) ---------------------------------------------------
 
 

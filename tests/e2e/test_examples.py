@@ -71,13 +71,35 @@ def test_continuous_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: H
         seq.append("What are the most popular types of vehicles?\n")
         for i in range(5):
             seq.append(f"{i}, ")
-            seq.generate(params)
-            seq.append("\n")
+            name = seq.generate(params).text
+            seq.append(f" ({len(name.strip())} characters)\n")
         assert run.stdout.startswith(seq.text())
         assert f"tokens: {len(seq)}\nevaluated: {seq.evaluated_token_count()}\n" in run.stdout
         assert seq.evaluated_token_count() <= 1.05 * len(seq)
     finally:
         seq.close()
+
+
+def test_classify_readme(tmp_path: Path, llmhost_cache_dir: Path) -> None:
+    commands, expected = readme_blocks("classify")
+    build, run = run_readme_commands(commands, tmp_path, llmhost_cache_dir)
+    assert build.returncode == 0, build.stderr
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == expected
+    for line in run.stdout.splitlines():  # the chosen label is the argmax of the printed scores
+        label, scores, _ = (part.strip() for part in line.split("|"))
+        values = {name: float(value) for name, value in (s.split("=") for s in scores.split())}
+        assert label == max(values, key=lambda name: values[name])
+
+
+def test_beam_search_readme(tmp_path: Path, llmhost_cache_dir: Path) -> None:
+    commands, expected = readme_blocks("beam-search")
+    build, run = run_readme_commands(commands, tmp_path, llmhost_cache_dir)
+    assert build.returncode == 0, build.stderr
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == expected
+    greedy, beam = (float(v) for v in re.findall(r"joint log-likelihood (-?[0-9.]+)", run.stdout))
+    assert beam >= greedy
 
 
 def test_stream_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: Host) -> None:

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..types import (
+    BeamParams,
     EmbeddingsResult,
     EngineError,
     InferenceResult,
@@ -58,6 +59,17 @@ class TokenSequence(Protocol):
     def truncate(self, count: int) -> None: ...
 
     def fork(self) -> TokenSequence: ...
+
+    def score(self, continuations: list[str]) -> list[float]:
+        """The log-likelihood of each continuation given the sequence (which is left unchanged)."""
+        ...
+
+    def beam_search(
+        self, params: BeamParams, check: Callable[[], None] | None = None
+    ) -> list[tuple[TokenSequence, float]]:
+        """Beam search from the sequence: new sequences with their scores, best first. `check` runs between
+        steps and may raise to stop the search (a cancelled run)."""
+        ...
 
     def host_bytes(self) -> int:
         """Host memory this sequence holds (its KV state while swapped out)."""

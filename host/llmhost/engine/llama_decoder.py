@@ -78,49 +78,16 @@ class LlamaSampler:
             self._chain = None
 
 
-class LlamaDecoder:
-    def __init__(self, name: str, config: ModelConfig, path: Path) -> None:
-        lib = llama_lib()
-        self.name = name
-        self.config = config
-        self.lib = lib
-        mparams = lib.llama_model_default_params()
-        mparams.n_gpu_layers = config.n_gpu_layers if config.n_gpu_layers >= 0 else 2**31 - 1
-        # llama.cpp's CPU weight repacking computes a row with 4-row tiles or single-row kernels depending on
-        # where the row falls in the batch, so a request's logits would depend on what it is batched with.
-        # Without it, every row is computed alike: greedy outputs under batching equal outputs run alone.
-        mparams.use_extra_bufts = not config.exact_batching
-        self.model = lib.llama_model_load_from_file(str(path).encode(), mparams)
-        if not self.model:
-            raise EngineError(f"llama.cpp could not load {path} (check `models.{name}.path`)")
-        self.vocab = lib.llama_model_get_vocab(self.model)
-        self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
-        self.n_ctx = config.context_length
-        self.n_batch = min(config.batch_size, self.n_ctx)
-        self.n_slots = config.slots
-        cparams = lib.llama_context_default_params()
-        cparams.n_ctx = self.n_ctx * config.slots
-        cparams.n_batch = self.n_batch
-        cparams.n_ubatch = self.n_batch
-        cparams.n_seq_max = config.slots
-        cparams.kv_unified = True  # one cell pool for all slots: seq_cp (fork, prefix reuse) copies no data
-        cparams.n_threads = config.threads
-        cparams.n_threads_batch = config.threads
-        cparams.no_perf = True
-        self.ctx = lib.llama_init_from_model(self.model, cparams)
-        if not self.ctx:
-            lib.llama_model_free(self.model)
-            raise EngineError(
-                f"llama.cpp could not create a context of {self.n_ctx} × {config.slots} tokens for {name} "
-                f"(lower `models.{name}.context-length` or `models.{name}.slots`)"
-            )
-        self.memory = lib.llama_get_memory(self.ctx)
-        self.batch = lib.llama_batch_init(self.n_batch, 0, 1)
-        self._embed_ctx: Any = None
-        self._embed_batch: Any = None
+class LlamaVocabCalls:
+    """The vocabulary calls of a loaded llama.cpp model (`lib`, `model`, `vocab`): shared by the decoder and the
+    vocabulary-only load remote models use (llama_vocab.py), so both tokenize and template alike."""
+
+    lib: Any
+    model: Any
+    vocab: Any
 
     # --- vocabulary --------------------------------------------------------------------------------------
-    def tokenize(self, text: str, add_special: bool) -> list[int]:
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
         data = text.encode()
         size = len(data) + 8
         while True:
@@ -181,6 +148,48 @@ class LlamaDecoder:
             add_bos=bool(lib.llama_vocab_get_add_bos(vocab)),
             extra_stops=(self.special_text(eot),) if eot >= 0 else (),
         )
+
+
+class LlamaDecoder(LlamaVocabCalls):
+    def __init__(self, name: str, config: ModelConfig, path: Path) -> None:
+        lib = llama_lib()
+        self.name = name
+        self.config = config
+        self.lib = lib
+        mparams = lib.llama_model_default_params()
+        mparams.n_gpu_layers = config.n_gpu_layers if config.n_gpu_layers >= 0 else 2**31 - 1
+        # llama.cpp's CPU weight repacking computes a row with 4-row tiles or single-row kernels depending on
+        # where the row falls in the batch, so a request's logits would depend on what it is batched with.
+        # Without it, every row is computed alike: greedy outputs under batching equal outputs run alone.
+        mparams.use_extra_bufts = not config.exact_batching
+        self.model = lib.llama_model_load_from_file(str(path).encode(), mparams)
+        if not self.model:
+            raise EngineError(f"llama.cpp could not load {path} (check `models.{name}.path`)")
+        self.vocab = lib.llama_model_get_vocab(self.model)
+        self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
+        self.n_ctx = config.context_length
+        self.n_batch = min(config.batch_size, self.n_ctx)
+        self.n_slots = config.slots
+        cparams = lib.llama_context_default_params()
+        cparams.n_ctx = self.n_ctx * config.slots
+        cparams.n_batch = self.n_batch
+        cparams.n_ubatch = self.n_batch
+        cparams.n_seq_max = config.slots
+        cparams.kv_unified = True  # one cell pool for all slots: seq_cp (fork, prefix reuse) copies no data
+        cparams.n_threads = config.threads
+        cparams.n_threads_batch = config.threads
+        cparams.no_perf = True
+        self.ctx = lib.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            lib.llama_model_free(self.model)
+            raise EngineError(
+                f"llama.cpp could not create a context of {self.n_ctx} × {config.slots} tokens for {name} "
+                f"(lower `models.{name}.context-length` or `models.{name}.slots`)"
+            )
+        self.memory = lib.llama_get_memory(self.ctx)
+        self.batch = lib.llama_batch_init(self.n_batch, 0, 1)
+        self._embed_ctx: Any = None
+        self._embed_batch: Any = None
 
     # --- decoding ----------------------------------------------------------------------------------------
     def decode(self, rows: Sequence[BatchRow], logits_at: set[int]) -> int:

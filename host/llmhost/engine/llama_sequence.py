@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..types import InferenceResult, InferencingParams, InvalidInput
-from .base import collect
+from ..types import BeamParams, InferenceResult, InferencingParams, InvalidInput
+from . import search
+from .base import TokenSequence, collect
 from .scheduler import LlamaGeneration
 from .sequence_state import SeqState, attribute_text
 
@@ -127,6 +129,20 @@ class LlamaSequence:
         self._check_idle()
         self._model.check_swap_room()
         return LlamaSequence(self._model, self._model.slots.fork(self._state))
+
+    def score(self, continuations: list[str]) -> list[float]:
+        self._check_idle()
+        return search.score(self._model, self._state, continuations)
+
+    def beam_search(
+        self, params: BeamParams, check: Callable[[], None] | None = None
+    ) -> list[tuple[TokenSequence, float]]:
+        self._check_idle()
+        self._model.check_swap_room()
+        return [
+            (LlamaSequence(self._model, state), value)
+            for state, value in search.beam_search(self._model, self._state, params, check)
+        ]
 
     def close(self) -> None:
         if not self.closed:

@@ -19,6 +19,7 @@ a model's requests in flight are bounded by `models.NAME.slots`, never serialize
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import os
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from .. import policy
 from ..config import ModelConfig
 from ..types import (
+    BeamParams,
     Constraint,
     EmbeddingsResult,
     EngineError,
@@ -53,6 +55,7 @@ from .generation import GenerationText
 from .sequence_state import attribute_text
 
 if TYPE_CHECKING:
+    from ..chat.template import TemplateInfo
     from .llama_vocab import LlamaVocab
 
 log = logging.getLogger(__name__)
@@ -630,6 +633,18 @@ class RemoteSequence:
         copy._tokens, copy._texts, copy._logprobs = list(self._tokens), list(self._texts), list(self._logprobs)
         return copy
 
+    def score(self, continuations: list[str]) -> list[float]:
+        raise InvalidInput(
+            f"sequence.score needs the model's raw distribution at every position; the remote model "
+            f'{self._model.name!r} (backend "openai") does not expose it: score on a local (llama-cpp) model'
+        )
+
+    def beam_search(self, params: BeamParams, check: Callable[[], None] | None = None) -> list[tuple[Any, float]]:
+        raise InvalidInput(
+            f"sequence.beam-search decodes forks of one KV cache step by step; the remote model "
+            f'{self._model.name!r} (backend "openai") cannot: search on a local (llama-cpp) model'
+        )
+
     def host_bytes(self) -> int:
         """Host memory it holds: no KV state here (that lives on the servers), only its ids and texts."""
         return 8 * len(self._tokens) + sum(len(t) for t in self._texts)
@@ -706,8 +721,22 @@ class OpenAIEngine:
     def tokenize(self, model: str, text: str) -> list[int]:
         return self.model(model).tokenize(text)
 
+    def chat_template(self, model: str) -> TemplateInfo:
+        """As a local model's: the config's template, else the model file's (its vocabulary-only load, when the
+        file is known here), else the built-in one of the default model. Chats are rendered here and sent as
+        completions, so stops, usage and constrained tool calls keep their local semantics."""
+        from ..chat.template import GEMMA3_TEMPLATE, TemplateInfo, template_source
+
+        m = self.model(model)
+        vocab = m.vocab()
+        found = vocab.chat_template() if vocab is not None else TemplateInfo(source="", origin="")
+        builtin = GEMMA3_TEMPLATE if m.config.path is None and model == policy.DEFAULT_MODEL else None
+        source, origin = template_source(
+            model, m.config.chat_template, m.config.chat_template_file, found.source or None, builtin
+        )
+        return dataclasses.replace(found, source=source, origin=origin)
+
     def stream(self, model: str, prompt: str, params: InferencingParams) -> RemoteGeneration:
-        policy.validate_params(params)
         m = self.model(model)
         count = len(m.tokenize(prompt))
         if count == 0:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..types import EmbeddingsResult, InferenceResult, InferencingParams, ModelInfo, ModelNotSupported
 from .base import Engine, Generation, TokenSequence
+
+if TYPE_CHECKING:
+    from ..chat.template import TemplateInfo
 
 
 class RoutingEngine:
@@ -55,6 +58,9 @@ class RoutingEngine:
 
     def open_sequence(self, model: str) -> TokenSequence:
         return self.backend(model).open_sequence(model)
+
+    def chat_template(self, model: str) -> TemplateInfo:
+        return self.backend(model).chat_template(model)
 
     def close(self) -> None:
         for engine in self._distinct():

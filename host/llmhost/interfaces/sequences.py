@@ -55,15 +55,18 @@ def define_sequences(
                 args = (scope_sequences(store, limits).get(abi.resource_rep(store, args[0])), *args[1:])
             table = scope_sequences(store, limits)
             table.check_room()
-            held = sum(sequence.host_bytes() for sequence in table.values())
-            if held >= limits.max_sequence_bytes:
-                raise InvalidInput(
-                    f"this run's sequences hold {held / 2**20:.1f} MB of host memory, its limit (close some, or "
-                    f"raise `{MAX_SEQUENCE_MB_KEY}` in the config)"
-                )
+            check_memory(table)
             return own(store, create(store, *args))
 
         return call
+
+    def check_memory(table: HandleTable[TokenSequence]) -> None:
+        held = sum(sequence.host_bytes() for sequence in table.values())
+        if held >= limits.max_sequence_bytes:
+            raise InvalidInput(
+                f"this run's sequences hold {held / 2**20:.1f} MB of host memory, its limit (close some, or "
+                f"raise `{MAX_SEQUENCE_MB_KEY}` in the config)"
+            )
 
     def method(call: Callable[..., Any]) -> Callable[..., Any]:
         # A method's first WIT argument is the borrowed handle: resolve it (consuming the borrow) first.
@@ -74,6 +77,20 @@ def define_sequences(
 
     def identity(value: Any) -> Any:
         return value
+
+    def beam_search(store: Any, this: Any, params: Any) -> Any:
+        table = scope_sequences(store, limits)
+        sequence = table.get(abi.resource_rep(store, this))
+        beam_params = abi.beam_params_from_wit(params)
+        if len(table) + beam_params.width > limits.max_open_sequences:
+            table.check_room()  # names the quota key
+            raise InvalidInput(
+                f"beam search of width {beam_params.width} would exceed this run's limit of "
+                f"{limits.max_open_sequences} open sequences (`{MAX_OPEN_KEY}`)"
+            )
+        check_memory(table)
+        beams = sequence.beam_search(beam_params)
+        return [abi.beam_to_wit(own(store, beam), score) for beam, score in beams]
 
     def generate_stream(store: Any, this: Any, params: Any) -> int:
         sequence = scope_sequences(store, limits).get(abi.resource_rep(store, this))
@@ -95,6 +112,11 @@ def define_sequences(
         ),
         "[method]sequence.generate-stream": (generate_stream, lambda rep: abi.own_resource(rep, STREAM_TYPE_ID)),
         "[method]sequence.truncate": (method(lambda s, count: s.truncate(count)), nothing),
+        "[method]sequence.score": (
+            method(lambda s, continuations: s.score([str(c) for c in continuations])),
+            lambda scores: [float(x) for x in scores],
+        ),
+        "[method]sequence.beam-search": (beam_search, identity),
         "[method]sequence.fork": (
             opening(lambda _store, sequence: sequence.fork(), borrows=True),
             identity,

@@ -23,7 +23,7 @@ from ..types import EngineError, InferencingParams, InvalidInput, StreamDone, St
 
 if TYPE_CHECKING:
     from ..engine.base import Generation, TokenSequence
-    from ..types import InferenceResult
+    from ..types import BeamParams, InferenceResult
 
 T = TypeVar("T")
 
@@ -300,6 +300,17 @@ class ScopedSequence:
     def fork(self) -> TokenSequence:
         self._scope.check()
         return ScopedSequence(self._inner.fork(), self._scope)
+
+    def beam_search(
+        self, params: BeamParams, check: Callable[[], None] | None = None
+    ) -> list[tuple[TokenSequence, float]]:
+        # Every beam's tokens count against the run's budget, like a generation's.
+        budget = self._scope.clamp(InferencingParams(max_tokens=params.max_tokens)).max_tokens or params.max_tokens
+        if budget < params.max_tokens:
+            params = params.model_copy(update={"max_tokens": budget})
+        beams = self._inner.beam_search(params, self._scope.check)
+        self._scope.add_tokens(sum(max(0, len(beam) - len(self._inner)) for beam, _ in beams))
+        return [(ScopedSequence(beam, self._scope), score) for beam, score in beams]
 
     def __len__(self) -> int:
         return len(self._inner)

@@ -1,0 +1,32 @@
+"""llmhost_guest: a small Python SDK for llmhost guests, over the generated `wit_world` bindings.
+
+    from llmhost_guest import llm, Sequence
+
+    print(llm.infer("The capital of France is", max_tokens=8, temperature=0.0))
+    seq = Sequence("gemma-3-270m", "Q: What is 2 + 2?\\nA:")
+    seq.generate(max_tokens=8, stop="\\n", temperature=0.0)
+    print(str(seq))
+
+`llmhost build` puts this package on componentize-py's module path. See docs/guest-sdk.md.
+"""
+
+from . import llm
+from .errors import InvalidInput, LlmError, ModelNotSupported, RuntimeError_
+from .params import DEFAULT_MODEL, DEFAULTS, Chunk, Completion, Done, TokenLogprob, Usage
+from .sequence import Sequence
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "DEFAULTS",
+    "Chunk",
+    "Completion",
+    "Done",
+    "InvalidInput",
+    "LlmError",
+    "ModelNotSupported",
+    "RuntimeError_",
+    "Sequence",
+    "TokenLogprob",
+    "Usage",
+    "llm",
+]
