@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from llmhost import App, Host, HostConfig, InferencingParams
+from llmhost.chat.template import GEMMA3_TEMPLATE
 from llmhost.config import ModelConfig
 from llmhost.engine.models import default_model_path
 from llmhost.types import StreamChunk
@@ -84,8 +85,15 @@ def lcp_url(llmhost_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
 @pytest.fixture(scope="module")
 def host(lcp_url: str, llmhost_cache_dir: Path, compile_notes: list[str]) -> Iterator[Host]:
     weights = default_model_path(llmhost_cache_dir)
+    # The GGUF given by `path` carries no chat template (the host's built-in one is for the embedded default model
+    # only), so this model names it, as a user of a remote model would.
     remote = ModelConfig(
-        backend="openai", base_urls=(lcp_url,), remote_model="gemma", server="llama-cpp-python", path=weights
+        backend="openai",
+        base_urls=(lcp_url,),
+        remote_model="gemma",
+        server="llama-cpp-python",
+        path=weights,
+        chat_template=GEMMA3_TEMPLATE,
     )
     config = HostConfig(models={MODEL: ModelConfig(prefix_cache=False), REMOTE: remote}, cache_dir=llmhost_cache_dir)
     with Host(config) as h:
@@ -258,3 +266,37 @@ def test_what_the_server_lacks_is_invalid_input_naming_it(probe: Probe) -> None:
     assert "llama-cpp-python" in outcome.error["message"] and "regex" in outcome.error["message"]
     outcome = probe("infer", REMOTE, "Hi", json.dumps({**GREEDY, "logprobs": 2}))
     assert outcome.exit_code == 1 and outcome.error is not None and outcome.error["kind"] == "invalid-input"
+
+
+CHAT = json.dumps([{"role": "user", "content": "What is the capital of France? Answer in one sentence."}])
+CHAT_PARAMS = json.dumps({"inferencing": {**GREEDY, "max-tokens": 10}})
+
+
+def test_chat_is_rendered_here_and_completed_by_the_server(probe: Probe, host: Host) -> None:
+    results = {model: ok(probe("chat", model, CHAT, CHAT_PARAMS)) for model in (MODEL, REMOTE)}
+    local, remote = results[MODEL], results[REMOTE]
+    # The same template (the model file's vocabulary load finds the same facts) and the same prompt tokens.
+    rendered = ok(probe("template", REMOTE, CHAT, "[]", "true"))
+    assert rendered == ok(probe("template", MODEL, CHAT, "[]", "true"))
+    assert remote["usage"]["prompt-token-count"] == local["usage"]["prompt-token-count"]
+    assert remote["message"]["role"] == "assistant" and remote["message"]["tool-calls"] == []
+    assert remote["finish-reason"] in ("stop", "length")
+    assert_same_greedy_text(
+        host, rendered, rendered + (local["message"]["content"] or ""), rendered + (remote["message"]["content"] or "")
+    )
+    # Streamed: content chunks joining to the same reply, then exactly one done event.
+    value = ok(probe("chat-stream", REMOTE, CHAT, CHAT_PARAMS))
+    events = value["events"]
+    assert "".join(e["content"]["text"] for e in events if "content" in e) == (remote["message"]["content"] or "")
+    assert [e for e in events if "done" in e] == [events[-1]]
+    assert events[-1]["done"]["finish-reason"] == remote["finish-reason"]
+    assert value["after-done"] is None
+
+
+def test_chat_tools_need_a_grammar_the_server_lacks(probe: Probe) -> None:
+    tool = {"name": "get_time", "description": "The time in a zone", "parameters": json.dumps({"type": "object"})}
+    params = json.dumps({"inferencing": {**GREEDY, "max-tokens": 20}, "tools": [tool], "tool-choice": "required"})
+    outcome = probe("chat", REMOTE, CHAT, params)
+    assert outcome.exit_code == 1 and outcome.error is not None
+    assert outcome.error["kind"] == "invalid-input"
+    assert "llama-cpp-python" in outcome.error["message"] and "%llguidance" in outcome.error["message"]

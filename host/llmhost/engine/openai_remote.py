@@ -170,7 +170,7 @@ class RemoteModel:
         self._key = key  # sent as a bearer token by the clients; never logged or put in a message
         self._next = itertools.count()
         self._inflight = threading.BoundedSemaphore(config.slots)
-        self._cache_dir = cache_dir
+        self.cache_dir = cache_dir
         self._vocab: LlamaVocab | None = None
         self._vocab_lock = threading.Lock()
         self._http: Any = None
@@ -262,7 +262,7 @@ class RemoteModel:
                 from .llama_vocab import LlamaVocab
                 from .models import resolve_model_path
 
-                self._vocab = LlamaVocab(resolve_model_path(self.name, self.config, self._cache_dir), self.name)
+                self._vocab = LlamaVocab(resolve_model_path(self.name, self.config, self.cache_dir), self.name)
             return self._vocab
 
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
@@ -315,6 +315,14 @@ class RemoteModel:
             raise InvalidInput(
                 f"model {self.name!r} runs on a {server} server, which cannot enforce a {constraint.kind} constraint "
                 f"(set `models.{self.name}.server` if it is another kind of server)"
+            )
+        lark = constraint is not None and constraint.kind == "grammar" and constraint.text.lstrip().startswith("%llg")
+        if lark and server != "vllm":
+            # Lark grammars are llguidance's; these servers parse GBNF / EBNF and would fail mid-stream.
+            raise InvalidInput(
+                f"model {self.name!r} runs on a {server} server, which takes GBNF/EBNF grammars, not a "
+                "%llguidance (Lark) grammar such as chat tool calls use (use a vllm server with the guidance "
+                "backend, or a local model)"
             )
         max_tokens = params.max_tokens
         room = self.config.context_length - prompt_tokens
@@ -730,6 +738,7 @@ class OpenAIEngine:
         m = self.model(model)
         vocab = m.vocab()
         found = vocab.chat_template() if vocab is not None else TemplateInfo(source="", origin="")
+        # As for a local model: the built-in template is the embedded default model's (no `path`), whose GGUF has none.
         builtin = GEMMA3_TEMPLATE if m.config.path is None and model == policy.DEFAULT_MODEL else None
         source, origin = template_source(
             model, m.config.chat_template, m.config.chat_template_file, found.source or None, builtin
