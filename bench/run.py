@@ -30,6 +30,7 @@ from pathlib import Path
 
 import batching
 import devloop
+import scaleout
 import sdk
 import structured
 
@@ -390,6 +391,7 @@ def main() -> int:
     structured_rows = structured.run(config, model_path, MODEL, THREADS, N_GPU_LAYERS)
     devloop_rows = devloop.run(config.cache_dir)
     sdk_rows = sdk.run(config, MODEL, THREADS, N_GPU_LAYERS, args.rounds)
+    scaleout_rows = scaleout.run(config.cache_dir, model_path, THREADS)
 
     lines = [
         "# Benchmarks",
@@ -474,6 +476,10 @@ def main() -> int:
         "## Guest SDK: beam search and score (bench/sdk.py)",
         "",
         *sdk_rows,
+        "",
+        "## Remote backend (bench/scaleout.py)",
+        "",
+        *scaleout_rows,
         "",
         "## Components",
         "",
