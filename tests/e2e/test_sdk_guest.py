@@ -120,3 +120,30 @@ def test_errors_are_typed_exceptions_with_the_hosts_message(sdk: Probe) -> None:
     assert value["bad-temperature"]["type"] == "InvalidInput" and "temperature" in value["bad-temperature"]["message"]
     assert value["beam-width"]["type"] == "InvalidInput" and "width" in value["beam-width"]["message"]
     assert value["two-constraints"]["type"] == "InvalidInput"
+
+
+def test_chat_with_tools_through_the_sdk(sdk: Probe) -> None:
+    import jsonschema
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "days": {"type": "integer", "minimum": 1, "maximum": 7},
+            "unit": {"enum": ["celsius", "fahrenheit"]},
+        },
+        "required": ["city", "days", "unit"],
+    }
+    value = sdk("chat", MODEL, "required", "3")
+    for reply in value["replies"]:  # `required`: always a call whose arguments validate
+        assert reply["finish_reason"] == "tool-calls", reply
+        [call] = reply["calls"]
+        assert call["name"] == "get_weather" and call["id"]
+        jsonschema.validate(call["args"], schema)
+        assert reply["usage"][0] > 0 and reply["usage"][1] > 0
+    plain = value["plain"]
+    assert plain["calls"] == [] and plain["text"] == (plain["content"] or "")
+    assert plain["finish_reason"] in ("stop", "length") and plain["text"]
+    value = sdk("chat", MODEL, "none", "1")  # `none`: the tools are not offered, the reply is text
+    [reply] = value["replies"]
+    assert reply["calls"] == [] and reply["finish_reason"] in ("stop", "length")

@@ -7,6 +7,7 @@
     select MODEL PROMPT CHOICES_JSON   scores and seq.select(choices)
     beam MODEL PROMPT WIDTH N STOP     beam search vs greedy generation of N tokens
     errors MODEL                       the exceptions of some failing calls
+    chat MODEL TOOL_CHOICE SEEDS       llm.chat with a weather tool, seeds 0..SEEDS-1; and a plain greedy chat
 """
 
 import json
@@ -122,7 +123,46 @@ def op_errors(model):
     return out
 
 
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather forecast for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string"},
+                "days": {"type": "integer", "minimum": 1, "maximum": 7},
+                "unit": {"enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city", "days", "unit"],
+        },
+    },
+}
+
+
+def reply_json(reply):
+    return {
+        "content": reply.content,
+        "text": reply.text,
+        "calls": [{"id": c.id, "name": c.name, "args": c.args} for c in reply.tool_calls],
+        "finish_reason": reply.finish_reason,
+        "usage": [reply.usage.prompt_tokens, reply.usage.generated_tokens],
+    }
+
+
+def op_chat(model, tool_choice, seeds):
+    ask = [{"role": "system", "content": "You are brief."}, ("user", "What is the weather in Paris for 3 days?")]
+    replies = [
+        reply_json(llm.chat(ask, model, tools=[WEATHER], tool_choice=tool_choice, max_tokens=96, seed=seed))
+        for seed in range(int(seeds))
+    ]
+    plain = llm.chat([("user", "Say hello.")], model, max_tokens=12, temperature=0.0)
+    return {"replies": replies, "plain": reply_json(plain)}
+
+
 OPERATIONS = {
+    "chat": op_chat,
     "slices": op_slices,
     "concat": op_concat,
     "score": op_score,
