@@ -7,8 +7,6 @@ that integer as the handle's rep, and unregisters it when the call returns.
 
 from __future__ import annotations
 
-import itertools
-import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -18,6 +16,7 @@ from wasmtime.component import FuncType, LinkerInstance, ResourceType
 from .. import abi
 from ..runtime.host_funcs import add_func
 from ..runtime.sandbox import deadline_ticks
+from ..runtime.scope import HandleTable
 from ..types import LlmError
 from .versions import current, interface_names
 
@@ -61,31 +60,20 @@ class ResponseWriter(Protocol):
         ...
 
 
-class WriterTable:
-    """Writers lent to guests, by handle rep. Thread-safe: every request runs on its own thread."""
+class WriterTable(HandleTable["ResponseWriter"]):
+    """Writers lent to guests, by handle rep (the server's one table; every request runs on its own thread)."""
 
     def __init__(self) -> None:
-        self._writers: dict[int, ResponseWriter] = {}
-        self._ids = itertools.count(1)
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._writers)
+        super().__init__("response writer")
 
     def register(self, writer: ResponseWriter) -> int:
-        with self._lock:
-            rep = next(self._ids)
-            self._writers[rep] = writer
-        return rep
+        return self.add(writer)
 
     def unregister(self, rep: int) -> None:
-        with self._lock:
-            self._writers.pop(rep, None)
+        self.pop(rep)
 
     def get(self, rep: int) -> ResponseWriter:
-        with self._lock:
-            writer = self._writers.get(rep)
+        writer = self.find(rep)
         if writer is None:  # only possible if a guest kept a borrowed handle past its call, which WIT forbids
             raise WriteClosed("this response writer belongs to a request that has ended")
         return writer

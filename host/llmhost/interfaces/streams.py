@@ -7,14 +7,14 @@ it forever: a stream idle for longer than `idle_timeout_s` is cancelled by a rea
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..engine.base import Generation
-from ..types import EngineError, InvalidInput, StreamEvent
+from ..runtime.scope import HandleTable
+from ..types import EngineError, StreamEvent
 
 IDLE_TIMEOUT_KEY = "sandbox.stream-idle-timeout-s"
 MAX_OPEN_KEY = "sandbox.max-open-streams"
@@ -31,6 +31,9 @@ class _Handle:
 
 
 class StreamTable:
+    """A run's open streams: a `HandleTable` of them, plus idle expiry (a reaper thread, started with the first
+    stream)."""
+
     def __init__(
         self,
         idle_timeout_s: float | None,
@@ -39,38 +42,28 @@ class StreamTable:
         limit: int | None = None,
     ) -> None:
         self._idle_timeout_s = idle_timeout_s
-        self._limit = limit
         self._clock = clock
-        self._handles: dict[int, _Handle] = {}
-        self._ids = itertools.count(1)
-        self._lock = threading.Lock()
+        self._handles = HandleTable[_Handle]("stream", limit, MAX_OPEN_KEY)
+        self._lock = threading.Lock()  # starts the reaper once
         self._reaper: threading.Thread | None = None
         self._stop = threading.Event()
 
     def __len__(self) -> int:
-        with self._lock:
-            return len(self._handles)
+        return len(self._handles)
 
     def check_room(self) -> None:
         """Raise `InvalidInput` naming the quota key when this table holds its limit of open streams."""
-        if self._limit is not None and len(self) >= self._limit:
-            raise InvalidInput(
-                f"this run already holds {self._limit} open streams, its limit (drop some first, or raise "
-                f"`{MAX_OPEN_KEY}` in the config)"
-            )
+        self._handles.check_room()
 
     def open(self, generation: Generation) -> int:
-        handle = _Handle(generation, self._clock())
+        rep = self._handles.add(_Handle(generation, self._clock()))
         with self._lock:
-            rep = next(self._ids)
-            self._handles[rep] = handle
             self._start_reaper()
         return rep
 
     def next(self, rep: int) -> StreamEvent | None:
         """The next event, or None after the last one. Raises `EngineError` for an expired stream."""
-        with self._lock:
-            handle = self._handles.get(rep)
+        handle = self._handles.find(rep)
         if handle is None:
             raise EngineError("this stream was already closed")
         with handle.lock:
@@ -92,8 +85,7 @@ class StreamTable:
 
     def drop(self, rep: int) -> None:
         """The guest dropped its handle: cancel the generation (no further decode steps) and free its slot."""
-        with self._lock:
-            handle = self._handles.pop(rep, None)
+        handle = self._handles.pop(rep)
         if handle is not None:
             handle.generation.close()
 
@@ -102,8 +94,7 @@ class StreamTable:
         if self._idle_timeout_s is None:
             return 0
         now = self._clock()
-        with self._lock:
-            handles = list(self._handles.values())
+        handles = self._handles.values()
         cancelled = 0
         for handle in handles:
             with handle.lock:
@@ -120,9 +111,7 @@ class StreamTable:
 
     def close(self) -> None:
         self._stop.set()
-        with self._lock:
-            handles, self._handles = list(self._handles.values()), {}
-        for handle in handles:
+        for handle in self._handles.drain():
             handle.generation.close()
 
     def _start_reaper(self) -> None:

@@ -61,11 +61,14 @@ class HandleTable(Generic[T]):
             return rep
 
     def get(self, rep: int) -> T:
-        with self._lock:
-            item = self._items.get(rep)
+        item = self.find(rep)
         if item is None:
             raise EngineError(f"this {self._what} was already dropped")
         return item
+
+    def find(self, rep: int) -> T | None:
+        with self._lock:
+            return self._items.get(rep)
 
     def pop(self, rep: int) -> T | None:
         with self._lock:
