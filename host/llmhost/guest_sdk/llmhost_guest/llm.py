@@ -157,7 +157,7 @@ def _tool_choice(choice: str | None) -> Any:
         return llm.ToolChoice_Auto()
     if choice == "none":
         # componentize-py names the case `None_` (`None` is a Python keyword).
-        return getattr(llm, "ToolChoice_None_", None) or llm.ToolChoice_None()
+        return (getattr(llm, "ToolChoice_None_", None) or llm.ToolChoice_None)()
     if choice == "required":
         return llm.ToolChoice_Required()
     return llm.ToolChoice_Named(str(choice))
