@@ -471,8 +471,9 @@ def main() -> int:
         "",
         f"Concurrent greedy streams of {batching.TOKENS} tokens each through the engine (Python API; slots 8, "
         "context 1024 per slot), the same requests one at a time (serialized), and a bare llama.cpp loop decoding "
-        "the same number of sequences in one batch per step (the ceiling). TTFT: time to the first chunk, from "
-        "the request.",
+        "the same number of sequences in one batch per step (the ceiling); the engine and the bare loop "
+        f"interleaved {batching.ROUNDS} times per level, medians (llmhost ÷ bare: the median of the rounds' "
+        "ratios). TTFT: time to the first chunk, from the request.",
         "",
         *batching_rows,
         "",
