@@ -14,7 +14,7 @@ from wasmtime.component import FuncType, LinkerInstance, ResourceType
 from .. import abi
 from ..runtime.host_funcs import add_func
 from ..runtime.scope import scope_of
-from .llm import LlmService, ScopeLimits, scope_streams
+from .llm import LlmService, ScopeLimits, scope_streams, stream_dropped
 
 _log = logging.getLogger(__name__)
 
@@ -58,19 +58,11 @@ def define_chat(
         ),
     }
     if "chat-stream" in imported or "[method]chat-completion-stream.next" in imported:
-        instance.add_resource("chat-completion-stream", ResourceType.host(CHAT_STREAM_TYPE_ID), _dropped(limits))
+        instance.add_resource(
+            "chat-completion-stream", ResourceType.host(CHAT_STREAM_TYPE_ID), stream_dropped(limits, "chat stream")
+        )
     for name, func_type in imported.items():
         if name in bindings:
             function, to_wit = bindings[name]
             encoder = abi.ResultEncoder.from_wit(func_type.result)
             add_func(instance, name, abi.guarded(function, to_wit, encoder, with_store=True), func_type)
-
-
-def _dropped(limits: ScopeLimits) -> Callable[[Any, int], None]:
-    def destructor(store: Any, rep: int) -> None:
-        try:
-            scope_streams(store, limits).drop(rep)
-        except Exception:  # a failure to cancel must not trap the guest that dropped the stream
-            _log.exception("cancelling chat stream %d failed", rep)
-
-    return destructor

@@ -198,7 +198,7 @@ def define_llm(
         "list-models": lambda _store: [abi.model_info_to_wit(info) for info in _listed(service)],
     }
     if "infer-stream" in imported or "[method]inference-stream.next" in imported:
-        instance.add_resource("inference-stream", ResourceType.host(STREAM_TYPE_ID), _stream_dropped(limits))
+        instance.add_resource("inference-stream", ResourceType.host(STREAM_TYPE_ID), stream_dropped(limits, "stream"))
     for name, func_type in imported.items():
         if name in bindings:
             function, to_wit = bindings[name]
@@ -221,12 +221,14 @@ def _listed(service: LlmService) -> list[ModelInfo]:
         return []
 
 
-def _stream_dropped(limits: ScopeLimits) -> Callable[[Any, int], None]:
+def stream_dropped(limits: ScopeLimits, what: str) -> Callable[[Any, int], None]:
+    """The destructor of a stream resource (`inference-stream`, `chat-completion-stream`): cancel the stream."""
+
     def destructor(store: Any, rep: int) -> None:
         # Runs when the guest drops its handle; like any host function it must not raise.
         try:
             scope_streams(store, limits).drop(rep)
         except Exception:  # a failure to cancel must not trap the guest that dropped the stream
-            _log.exception("cancelling stream %d failed", rep)
+            _log.exception("cancelling %s %d failed", what, rep)
 
     return destructor
