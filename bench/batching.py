@@ -13,7 +13,7 @@ from typing import Any
 
 from llmhost import Host, HostConfig, InferencingParams, StreamChunk
 from llmhost.config import ModelConfig
-from llmhost.engine.llamacpp import llama_lib
+from llmhost.engine.local.llama_decoder import llama_lib
 
 LEVELS = (1, 2, 4, 8)
 ROUNDS = 3
@@ -123,7 +123,7 @@ def serve_http(host_config: HostConfig, model: str, threads: int, n_gpu_layers: 
 
     from serve import start_server
 
-    from llmhost.build import build_component
+    from llmhost.build.compile import build_component
 
     root = Path(__file__).resolve().parents[1]
     wasm = build_component(

@@ -21,7 +21,7 @@ from pathlib import Path
 from wasmtime.component import Component
 
 from llmhost import Host, HostConfig
-from llmhost.build import build_component
+from llmhost.build.compile import build_component
 from llmhost.runtime.components import create_wasmtime_engine
 
 LLMHOST = str(Path(sys.executable).with_name("llmhost"))
@@ -135,8 +135,8 @@ def _guest_cpu_ratio(work: Path, cache_dir: Path) -> tuple[float, float]:
 
 def _run_loop(host: Host, engine: object, component: Component, wasm: Path) -> float:
     from llmhost.api import App
+    from llmhost.interfaces.linker import build_linker
     from llmhost.runtime.components import LoadedComponent
-    from llmhost.runtime.linker import build_linker
 
     linker = build_linker(engine, component, host._llm, host.limits)  # type: ignore[arg-type]
     app = App(host, wasm, LoadedComponent(component, wasm, False, engine), linker, engine)  # type: ignore[arg-type]

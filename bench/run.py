@@ -36,10 +36,10 @@ import sdk
 import structured
 
 from llmhost import Host, HostConfig, InferencingParams
-from llmhost.build import build_component
+from llmhost.build.compile import build_component
 from llmhost.config import FakeEngineConfig, ModelConfig
-from llmhost.engine.llamacpp import llama_lib
-from llmhost.engine.models import default_model_path
+from llmhost.engine.local.llama_decoder import llama_lib
+from llmhost.engine.local.models import default_model_path
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "gemma-3-270m"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from llmhost import Host, HostConfig
-from llmhost.build import build_component
+from llmhost.build.compile import build_component
 from llmhost.config import ModelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,7 +166,7 @@ def run(cache_dir: Path, model_path: Path, threads: int = 2) -> list[str]:
 def main() -> int:
     import os
 
-    from llmhost.engine.models import default_model_path
+    from llmhost.engine.local.models import default_model_path
 
     cache = Path(os.environ.get("LLMHOST_CACHE_DIR") or Path(tempfile.gettempdir()) / "llmhost-bench")
     rows = run(cache, default_model_path(cache), int(os.environ.get("LLMHOST_BENCH_THREADS", "2")))

@@ -18,7 +18,7 @@ from typing import Any
 
 from llmhost import Host, HostConfig, InferencingParams
 from llmhost.config import ModelConfig
-from llmhost.types import BeamParams
+from llmhost.domain.types import BeamParams
 
 PROMPT = "Once upon a time, there was a dragon who"
 STEPS = 24

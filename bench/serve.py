@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from llmhost import FakeEngineConfig, Host, HostConfig
-from llmhost.build import build_component
+from llmhost.build.compile import build_component
 from llmhost.interfaces.http import HTTP_INTERFACE, WriterTable, define_http
 from llmhost.runtime.sandbox import new_store
 from llmhost.serve.component import HttpComponent, HttpRequest

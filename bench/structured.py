@@ -18,7 +18,7 @@ from pathlib import Path
 
 from llmhost import Host, HostConfig, InferencingParams, StreamChunk
 from llmhost.config import ModelConfig
-from llmhost.types import Constraint
+from llmhost.domain.types import Constraint
 
 TOKENS = 96
 ROUNDS = 5

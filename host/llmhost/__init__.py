@@ -10,19 +10,19 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .api import App, CompletedRun, GuestTimeout, GuestTrap, Host, HostError, LoadError, ModelSummary
-    from .build import BuildError, build_component
-    from .config import ConfigError, FakeEngineConfig, HostConfig, ModelConfig, SandboxConfig, load_config
-    from .types import (
+    from llmhost.api import App, CompletedRun, GuestTimeout, GuestTrap, Host, HostError, LoadError, ModelSummary
+    from llmhost.build.compile import build_component
+    from llmhost.build.errors import BuildError
+    from llmhost.config import ConfigError, FakeEngineConfig, HostConfig, ModelConfig, SandboxConfig, load_config
+    from llmhost.domain.errors import EngineError, InvalidInput, LlmError, ModelNotSupported
+    from llmhost.domain.types import (
+        BeamParams,
+        Constraint,
         EmbeddingsResult,
-        EngineError,
         FinishReason,
         InferenceResult,
         InferencingParams,
-        InvalidInput,
-        LlmError,
         ModelInfo,
-        ModelNotSupported,
         StreamChunk,
         StreamDone,
         StreamEvent,
@@ -31,18 +31,18 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "api": ["App", "CompletedRun", "GuestTimeout", "GuestTrap", "Host", "HostError", "LoadError", "ModelSummary"],
-    "build": ["BuildError", "build_component"],
+    "build.compile": ["build_component"],
+    "build.errors": ["BuildError"],
     "config": ["ConfigError", "FakeEngineConfig", "HostConfig", "ModelConfig", "SandboxConfig", "load_config"],
-    "types": [
+    "domain.errors": ["EngineError", "InvalidInput", "LlmError", "ModelNotSupported"],
+    "domain.types": [
+        "BeamParams",
+        "Constraint",
         "EmbeddingsResult",
-        "EngineError",
         "FinishReason",
         "InferenceResult",
         "InferencingParams",
-        "InvalidInput",
-        "LlmError",
         "ModelInfo",
-        "ModelNotSupported",
         "StreamChunk",
         "StreamDone",
         "StreamEvent",

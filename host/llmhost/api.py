@@ -18,17 +18,23 @@ from wasmtime import Engine as WasmEngine
 from wasmtime import Store, WasmtimeError
 from wasmtime.component import Component, FuncType, Instance, Linker
 
-from . import policy
-from .config import HostConfig
-from .engine.base import Engine, Generation, TokenSequence, collect
-from .interfaces.llm import INTERFACES as LLM_INTERFACES
-from .interfaces.llm import LlmService, ScopeLimits
-from .interfaces.sequences import INTERFACES as SEQUENCES_INTERFACES
-from .runtime.components import ComponentCache, LoadedComponent, create_wasmtime_engine, stderr_note
-from .runtime.linker import InterfaceDefiner, build_linker
-from .runtime.sandbox import CapturedOutput, EpochTicker, OutputSink, new_store, sandbox_problems
-from .runtime.scope import RunScope
-from .types import EmbeddingsResult, InferenceResult, InferencingParams, ModelInfo, StreamChunk
+from llmhost.config import HostConfig
+from llmhost.domain.types import (
+    DEFAULT_PARAMS,
+    EmbeddingsResult,
+    InferenceResult,
+    InferencingParams,
+    ModelInfo,
+    StreamChunk,
+)
+from llmhost.engine.base import Engine, Generation, TokenSequence, collect
+from llmhost.interfaces.linker import InterfaceDefiner, build_linker
+from llmhost.interfaces.llm import INTERFACES as LLM_INTERFACES
+from llmhost.interfaces.sequences import INTERFACES as SEQUENCES_INTERFACES
+from llmhost.run.scope import RunScope
+from llmhost.run.service import LlmService, ScopeLimits
+from llmhost.runtime.components import ComponentCache, LoadedComponent, create_wasmtime_engine, stderr_note
+from llmhost.runtime.sandbox import CapturedOutput, EpochTicker, OutputSink, new_store, sandbox_problems
 
 RUN_EXPORT = "run"
 # Imports the host satisfies: WASI 0.2 (any minor version wasmtime supports) and the llm interface.
@@ -127,7 +133,7 @@ class Host:
         with self._lock:
             self._check_open()
             if self._engine is None:
-                from .engine.registry import create_engine
+                from llmhost.engine.registry import create_engine
 
                 self._engine = create_engine(self.config, note=self._note)
             return self._engine
@@ -213,7 +219,7 @@ class Host:
         on_chunk: Callable[[StreamChunk], None] | None = None,
     ) -> InferenceResult:
         """Generate a completion. `on_chunk` is called with each chunk as soon as its text is certain."""
-        params = params if params is not None else policy.DEFAULT_PARAMS
+        params = params if params is not None else DEFAULT_PARAMS
         if on_chunk is None:
             return self._llm.infer(model, prompt, params)
         return collect(self._llm.infer_stream(model, prompt, params), on_chunk)
@@ -224,7 +230,7 @@ class Host:
         Input errors are raised here, before any token is generated. `close()` cancels the generation and
         frees its engine slot.
         """
-        return self._llm.infer_stream(model, prompt, params if params is not None else policy.DEFAULT_PARAMS)
+        return self._llm.infer_stream(model, prompt, params if params is not None else DEFAULT_PARAMS)
 
     def open_sequence(self, model: str) -> TokenSequence:
         """A new, empty `TokenSequence` (the WIT `sequences.sequence`); `close()` frees it."""

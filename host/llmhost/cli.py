@@ -17,17 +17,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from llmhost.domain.types import DEFAULT_PARAMS
+
 if TYPE_CHECKING:
-    from .api import Host
-    from .config import HostConfig
+    from llmhost.api import Host
+    from llmhost.config import HostConfig
 
 EXIT_EXPECTED_ERROR = 2
 # Exceptions that are the user's to fix, by module: reported in one line, never with a traceback.
 EXPECTED_ERRORS = {
     "llmhost.config": ("ConfigError",),
-    "llmhost.types": ("LlmError",),
+    "llmhost.domain.errors": ("LlmError",),
     "llmhost.api": ("HostError",),
-    "llmhost.build": ("BuildError",),
+    "llmhost.build.errors": ("BuildError",),
 }
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -77,7 +79,7 @@ class Settings:
     cache_dir: Path | None
 
     def config(self) -> HostConfig:
-        from .config import HostConfig, load_config
+        from llmhost.config import HostConfig, load_config
 
         config = load_config(self.config_path) if self.config_path is not None else HostConfig()
         if self.cache_dir is not None:
@@ -85,7 +87,7 @@ class Settings:
         return config
 
     def host(self) -> Host:
-        from .api import Host
+        from llmhost.api import Host
 
         return Host(self.config(), note=_note)
 
@@ -140,8 +142,8 @@ def run(settings: Settings, app: Path, args: tuple[str, ...]) -> None:
 
 def _build_for_run(settings: Settings, app_dir: Path, world: str) -> Path:
     """`llmhost run DIR` / `serve DIR`: build when the sources changed, into the cache, and return the component."""
-    from .build import build_component
-    from .guest import detect_world
+    from llmhost.build.compile import build_component
+    from llmhost.build.world import detect_world
 
     found = detect_world(app_dir)
     if found != world:
@@ -176,7 +178,7 @@ def _build_for_run(settings: Settings, app_dir: Path, world: str) -> Path:
 @reports_errors
 def build(settings: Settings, app_dir: Path, output: Path, world: str | None) -> None:
     """Build the Python guest in DIR (DIR/app.py) into a component with componentize-py."""
-    from .build import build_component
+    from llmhost.build.compile import build_component
 
     config = settings.config()
     built = build_component(app_dir, output, world, cache_dir=config.cache_dir, note=_note)
@@ -196,7 +198,7 @@ def build(settings: Settings, app_dir: Path, output: Path, world: str | None) ->
 def bindings(app_dir: Path, output: Path | None, world: str | None) -> None:
     """Write the generated `wit_world` Python bindings of DIR's world, for editors and type checkers
     (point your editor's extra paths at the output directory)."""
-    from .build import bindings as write_bindings
+    from llmhost.build.compile import bindings as write_bindings
 
     click.echo(str(write_bindings(app_dir, output or app_dir / ".bindings", world)))
 
@@ -216,7 +218,7 @@ def bindings(app_dir: Path, output: Path | None, world: str | None) -> None:
 def new(name: str, template: str) -> None:
     """Create guest directory NAME from a template: app.py, pyproject.toml (its world) and a README with the
     commands to build and run it."""
-    from .templates import create
+    from llmhost.build.templates import create
 
     created = create(Path(name), template)
     click.echo(str(created))
@@ -257,7 +259,7 @@ def serve(settings: Settings, app: Path | None, config_path: Path | None, listen
     Every request gets a fresh sandboxed instance; SIGINT/SIGTERM stop accepting, let in-flight requests finish
     (bounded by `shutdown-grace-s`) and exit 0.
     """
-    from .serve import run, settings_for
+    from llmhost.serve import run, settings_for
 
     if app is None and config_path is None and settings.config_path is None:
         raise click.UsageError("give APP.wasm, or an app config with -c/--config")
@@ -272,7 +274,7 @@ def serve(settings: Settings, app: Path | None, config_path: Path | None, listen
 @reports_errors
 def models(settings: Settings) -> None:
     """List the configured models: name, context length, file."""
-    from .api import Host
+    from llmhost.api import Host
 
     with Host(settings.config()) as host:
         summaries = host.models()
@@ -320,8 +322,7 @@ def infer(
     choice: tuple[str, ...],
 ) -> None:
     """Complete PROMPT with MODEL (PROMPT `-` reads stdin): text to stdout, finish reason and usage to stderr."""
-    from . import policy
-    from .types import Constraint, InferencingParams
+    from llmhost.domain.types import Constraint, InferencingParams
 
     if prompt == "-":
         prompt = sys.stdin.read()
@@ -347,7 +348,7 @@ def infer(
     given["constraint"] = chosen[0] if chosen else None
     updates = {name: value for name, value in given.items() if value is not None}
     # Constructed, not copied: the same validation (and messages) as every other path.
-    params = InferencingParams(**{**policy.DEFAULT_PARAMS.model_dump(), **updates})
+    params = InferencingParams(**{**DEFAULT_PARAMS.model_dump(), **updates})
     with settings.host() as host:
         if stream:
             result = host.infer(model, prompt, params, on_chunk=lambda chunk: _print_now(chunk.text))

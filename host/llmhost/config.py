@@ -9,7 +9,16 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from . import policy
+from llmhost.domain.limits import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_CONTEXT_LENGTH,
+    DEFAULT_MODEL,
+    DEFAULT_THREADS,
+    MAX_OPEN_SEQUENCES,
+    MAX_OPEN_STREAMS,
+    MAX_SEQUENCE_MB,
+    MAX_SWAPPED_MB,
+)
 
 
 def _kebab(name: str) -> str:
@@ -24,10 +33,10 @@ class ModelConfig(_Section):
     """One model. `path: None` means the embedded default (Gemma 3 270M from PyPI)."""
 
     path: Path | None = None
-    context_length: int = Field(policy.DEFAULT_CONTEXT_LENGTH, ge=16)
+    context_length: int = Field(DEFAULT_CONTEXT_LENGTH, ge=16)
     n_gpu_layers: int = Field(0, ge=-1)  # -1 offloads every layer (CUDA build needed)
-    threads: int = Field(policy.DEFAULT_THREADS, ge=1)
-    batch_size: int = Field(policy.DEFAULT_BATCH_SIZE, ge=1)
+    threads: int = Field(DEFAULT_THREADS, ge=1)
+    batch_size: int = Field(DEFAULT_BATCH_SIZE, ge=1)
     slots: int = Field(4, ge=1, le=64)  # sequences decoded together / resident in the KV cache at once
     # Outputs under batching equal outputs run alone (no CPU weight repacking, whose kernels depend on a row's
     # place in the batch). false: let llama.cpp repack weights, which may be faster on some CPUs.
@@ -38,7 +47,7 @@ class ModelConfig(_Section):
     prefix_cache: bool = True
     # Host memory the model may hold for swapped-out sequences (idle ones beyond `slots`). Over it, opening or
     # forking a sequence fails with `invalid-input` naming this key; nothing is evicted silently.
-    max_swapped_mb: int = Field(policy.MAX_SWAPPED_MB, ge=1)
+    max_swapped_mb: int = Field(MAX_SWAPPED_MB, ge=1)
     # The chat template (Jinja, Hugging Face conventions) used instead of the model file's
     # `tokenizer.chat_template`: inline text, or a file (relative to the config file). Inline wins.
     chat_template: str | None = None
@@ -100,13 +109,13 @@ class SandboxConfig(_Section):
     stream_idle_timeout_s: float | None = Field(60.0, gt=0)
     # Run-scope quotas (see README "Run scopes"): what one run or request may hold open at once. Over a quota,
     # `open`/`fork`/`infer-stream` get `invalid-input` naming the key.
-    max_open_sequences: int = Field(policy.MAX_OPEN_SEQUENCES, ge=1)
-    max_open_streams: int = Field(policy.MAX_OPEN_STREAMS, ge=1)
-    max_sequence_mb: int = Field(policy.MAX_SEQUENCE_MB, ge=1)  # host memory one run's sequences may hold
+    max_open_sequences: int = Field(MAX_OPEN_SEQUENCES, ge=1)
+    max_open_streams: int = Field(MAX_OPEN_STREAMS, ge=1)
+    max_sequence_mb: int = Field(MAX_SEQUENCE_MB, ge=1)  # host memory one run's sequences may hold
 
 
 def _default_models() -> dict[str, ModelConfig]:
-    return {policy.DEFAULT_MODEL: ModelConfig()}
+    return {DEFAULT_MODEL: ModelConfig()}
 
 
 CompileStrategy = Literal["fast-first", "optimized"]
@@ -159,7 +168,7 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
     models = data.get("models")
     if isinstance(models, dict):
-        data["models"] = {policy.DEFAULT_MODEL: {}, **models}
+        data["models"] = {DEFAULT_MODEL: {}, **models}
     return data
 
 

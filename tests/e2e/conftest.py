@@ -9,7 +9,7 @@ import pytest
 
 from llmhost import App, Host, HostConfig
 from llmhost.config import ModelConfig
-from llmhost.engine.models import default_model_path
+from llmhost.engine.local.models import default_model_path
 from probe_driver import ProbeOutcome, run_probe
 
 MODEL = "gemma-3-270m"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from llmhost import Host, InferencingParams
-from llmhost.types import StreamChunk
+from llmhost.domain.types import StreamChunk
 from probe_driver import ProbeOutcome
 
 from .conftest import MODEL, SMALL, SMALL_CONTEXT

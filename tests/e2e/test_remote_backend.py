@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from llmhost import App, Host, HostConfig, InferencingParams
-from llmhost.chat.template import GEMMA3_TEMPLATE
 from llmhost.config import ModelConfig
-from llmhost.engine.models import default_model_path
-from llmhost.types import StreamChunk
+from llmhost.domain.types import StreamChunk
+from llmhost.engine.chat_template import GEMMA3_TEMPLATE
+from llmhost.engine.local.models import default_model_path
 from probe_driver import ProbeOutcome, run_probe
 
 from .conftest import MODEL

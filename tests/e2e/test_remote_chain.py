@@ -12,8 +12,8 @@ import pytest
 
 from llmhost import Host, HostConfig, InferencingParams
 from llmhost.config import ModelConfig
-from llmhost.engine.models import default_model_path
-from llmhost.types import StreamChunk, StreamDone
+from llmhost.domain.types import StreamChunk, StreamDone
+from llmhost.engine.local.models import default_model_path
 from serve_driver import Server, serving
 
 pytestmark = [pytest.mark.model, pytest.mark.wasm]

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from llmhost import GuestTrap, Host, InferencingParams
-from llmhost.types import InvalidInput
+from llmhost.domain.errors import InvalidInput
 from probe_driver import ProbeOutcome
 
 from .conftest import MODEL
@@ -102,7 +102,7 @@ BAD_PARAMS: list[tuple[dict[str, Any], str]] = [
 
 
 def _python_params(params: dict[str, Any]) -> InferencingParams:
-    from llmhost.types import Constraint
+    from llmhost.domain.types import Constraint
 
     values = {k.replace("-", "_"): v for k, v in params.items()}
     if "constraint" in values:

@@ -15,7 +15,7 @@ import pytest
 
 from llmhost import Host, HostConfig, InferencingParams, StreamChunk
 from llmhost.config import ModelConfig
-from llmhost.engine.scheduler import LOOKAHEAD, READER_TURN_S, STALL_RETRY_S
+from llmhost.engine.local.scheduler import LOOKAHEAD, READER_TURN_S, STALL_RETRY_S
 from probe_driver import run_probe
 
 MODEL = "gemma-3-270m"

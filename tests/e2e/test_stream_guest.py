@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from llmhost import Host
-from llmhost.engine.scheduler import LOOKAHEAD
+from llmhost.engine.local.scheduler import LOOKAHEAD
 from probe_driver import ProbeOutcome
 
 from .conftest import MODEL

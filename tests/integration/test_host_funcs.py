@@ -32,19 +32,12 @@ from wasmtime.component import (
 )
 
 from llmhost import FakeEngineConfig, Host, HostConfig
-from llmhost.abi import ResultEncoder, imported_functions, params_to_wit, stream_event_to_wit
+from llmhost.domain.errors import InvalidInput, ModelNotSupported
+from llmhost.domain.types import FinishReason, InferencingParams, StreamChunk, StreamDone, Usage
 from llmhost.interfaces.llm import INTERFACE
 from llmhost.interfaces.sequences import INTERFACE as SEQUENCES_INTERFACE
+from llmhost.runtime.abi import ResultEncoder, imported_functions, params_to_wit, stream_event_to_wit
 from llmhost.runtime.host_funcs import snapshot
-from llmhost.types import (
-    FinishReason,
-    InferencingParams,
-    InvalidInput,
-    ModelNotSupported,
-    StreamChunk,
-    StreamDone,
-    Usage,
-)
 from probe_driver import run_probe
 
 pytestmark = pytest.mark.wasm

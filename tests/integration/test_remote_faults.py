@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 
 from llmhost.config import ModelConfig
-from llmhost.engine.openai_remote import OpenAIEngine
-from llmhost.runtime.scope import RunScope, ScopedGeneration
-from llmhost.types import EngineError, InferencingParams, StreamChunk, StreamDone
+from llmhost.domain.errors import EngineError
+from llmhost.domain.limits import DEFAULT_MODEL
+from llmhost.domain.types import InferencingParams, StreamChunk, StreamDone
+from llmhost.engine.remote.engine import OpenAIEngine
+from llmhost.run.scope import RunScope, ScopedGeneration
 
 SERVER = Path(__file__).resolve().parents[1] / "remote_test_server.py"
 PARAMS = InferencingParams(max_tokens=8, temperature=0, repeat_penalty=1)
@@ -79,9 +81,8 @@ def remote_engine(*urls: str, **extra: Any) -> OpenAIEngine:
         backend="openai", base_urls=urls, remote_model="m", connect_timeout_s=2, read_timeout_s=10, **extra
     )
     # Named as the embedded default model, whose vocabulary tokenizes prompts here (the server has no endpoint).
-    from llmhost import policy
 
-    return OpenAIEngine({policy.DEFAULT_MODEL: config}, cache_dir=_cache_dir())
+    return OpenAIEngine({DEFAULT_MODEL: config}, cache_dir=_cache_dir())
 
 
 MODEL = "gemma-3-270m"

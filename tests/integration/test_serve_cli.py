@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from llmhost.serve.policy import DEADLINE_GRACE_S
+from llmhost.domain.limits import DEADLINE_GRACE_S
 from serve_driver import Server, serving
 
 pytestmark = pytest.mark.wasm

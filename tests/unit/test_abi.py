@@ -12,19 +12,18 @@ from hypothesis import strategies as st
 from wasmtime import Engine
 from wasmtime.component import Component, FuncType, Record, Variant
 
-from llmhost import abi, policy
-from llmhost.types import (
+from llmhost.domain.errors import EngineError, InvalidInput, LlmError, ModelNotSupported
+from llmhost.domain.limits import U32_MAX, U64_MAX
+from llmhost.domain.types import (
+    DEFAULT_PARAMS,
     EmbeddingsResult,
-    EngineError,
     FinishReason,
     InferenceResult,
     InferencingParams,
-    InvalidInput,
-    LlmError,
     ModelInfo,
-    ModelNotSupported,
     Usage,
 )
+from llmhost.runtime import abi
 
 # A component that only imports (no code): its import types are the real wasmtime types for these WIT shapes.
 TYPES_WAT = """
@@ -50,7 +49,7 @@ def wit_functions() -> dict[str, FuncType]:
 
 
 def wit_params(**overrides: object) -> Record:
-    return abi.params_to_wit(policy.DEFAULT_PARAMS.model_copy(update=overrides))
+    return abi.params_to_wit(DEFAULT_PARAMS.model_copy(update=overrides))
 
 
 def f32(x: float) -> float:
@@ -61,7 +60,7 @@ def f32(x: float) -> float:
 
 
 def test_params_none_means_the_documented_defaults() -> None:
-    assert abi.params_from_wit(None) == policy.DEFAULT_PARAMS
+    assert abi.params_from_wit(None) == DEFAULT_PARAMS
 
 
 def test_params_read_kebab_case_fields() -> None:
@@ -91,14 +90,14 @@ def test_params_read_kebab_case_fields() -> None:
 
 
 @given(
-    max_tokens=st.none() | st.integers(1, policy.U32_MAX),
+    max_tokens=st.none() | st.integers(1, U32_MAX),
     floats=st.tuples(
         st.floats(min_value=0, max_value=1e6, exclude_min=True, width=32),
         st.floats(min_value=0, max_value=1e6, width=32),
         st.floats(min_value=0, max_value=1, exclude_min=True, width=32),
     ),
     stop=st.lists(st.text(min_size=1, max_size=5), max_size=3),
-    seed=st.none() | st.integers(0, policy.U64_MAX),
+    seed=st.none() | st.integers(0, U64_MAX),
 )
 def test_params_round_trip_keeps_every_f32_value(
     max_tokens: int | None, floats: tuple[float, float, float], stop: list[str], seed: int | None
@@ -157,10 +156,10 @@ def test_model_info_embeddings_and_tokens() -> None:
     embeddings = abi.embeddings_to_wit(EmbeddingsResult(embeddings=[[1.0, 0.5], [0.0, -1.0]], prompt_token_count=9))
     assert field(embeddings, "embeddings") == [[1.0, 0.5], [0.0, -1.0]]
     assert field(field(embeddings, "usage"), "prompt-token-count") == 9
-    assert abi.tokens_to_wit((1, 2, policy.U32_MAX)) == [1, 2, policy.U32_MAX]
+    assert abi.tokens_to_wit((1, 2, U32_MAX)) == [1, 2, U32_MAX]
 
 
-@pytest.mark.parametrize("bad", [-1, policy.U32_MAX + 1])
+@pytest.mark.parametrize("bad", [-1, U32_MAX + 1])
 def test_values_that_cannot_be_lowered_are_rejected_before_wasmtime(bad: int) -> None:
     with pytest.raises(ValueError, match="u32"):
         abi.tokens_to_wit([bad])

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from llmhost.build import guest_sdk_dir
+from llmhost.build.compile import guest_sdk_dir
 
 
 class Err(Exception):

@@ -10,10 +10,11 @@ from pydantic import ValidationError
 
 from llmhost import HostConfig
 from llmhost.config import ModelConfig
-from llmhost.engine.openai_remote import RemoteModel
+from llmhost.domain.errors import InvalidInput
+from llmhost.domain.types import Constraint, InferencingParams, LogitBias
 from llmhost.engine.registry import create_engine
+from llmhost.engine.remote.client import RemoteModel
 from llmhost.engine.routing import RoutingEngine
-from llmhost.types import Constraint, InferencingParams, InvalidInput, LogitBias
 
 
 def remote(server: str = "generic", **extra: object) -> RemoteModel:

@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 
 from llmhost.config import ConfigError
+from llmhost.domain.errors import EngineError, InvalidInput, ModelNotSupported
+from llmhost.domain.types import InferencingParams, StreamChunk, StreamDone
 from llmhost.engine.fake import FakeEngine
-from llmhost.interfaces.llm import LlmService
-from llmhost.runtime.scope import RunScope, TokenBudget
+from llmhost.run.scope import RunScope, TokenBudget
+from llmhost.run.service import LlmService
 from llmhost.serve.config import load_app_config, resolve, settings_for
-from llmhost.types import EngineError, InferencingParams, InvalidInput, ModelNotSupported, StreamChunk, StreamDone
 
 
 def app_file(tmp_path: Path, text: str) -> Path:

@@ -11,27 +11,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
-from ..engine.base import Engine, Generation
-from ..types import (
-    ChatEvent,
-    ChatMessage,
-    ChatParams,
-    ChatResult,
-    ChatRole,
-    EngineError,
-    FinishReason,
-    InferencingParams,
-    InvalidInput,
-    StreamChunk,
-    StreamDone,
-    TokenLogprob,
-    Tool,
-    ToolCall,
-    ToolCallDelta,
-    Usage,
-)
-from .template import ChatTemplate
-from .tools import (
+from llmhost.chat.template import ChatTemplate
+from llmhost.chat.tools import (
     CallFormat,
     CallSoFar,
     ParsedTool,
@@ -41,7 +22,25 @@ from .tools import (
     reply_constraint,
     scan_calls,
 )
-from .tools import template_messages as to_template_messages
+from llmhost.chat.tools import template_messages as to_template_messages
+from llmhost.domain.errors import EngineError, InvalidInput
+from llmhost.domain.types import (
+    ChatEvent,
+    ChatMessage,
+    ChatParams,
+    ChatResult,
+    ChatRole,
+    FinishReason,
+    InferencingParams,
+    StreamChunk,
+    StreamDone,
+    TokenLogprob,
+    Tool,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
+from llmhost.engine.base import Engine, Generation
 
 
 class ChatGeneration(Protocol):

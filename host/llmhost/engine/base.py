@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from ..types import (
+from llmhost.domain.errors import EngineError
+from llmhost.domain.types import (
     BeamParams,
     EmbeddingsResult,
-    EngineError,
     InferenceResult,
     InferencingParams,
     ModelInfo,
@@ -19,7 +19,7 @@ from ..types import (
 )
 
 if TYPE_CHECKING:
-    from ..chat.template import TemplateInfo
+    from llmhost.engine.chat_template import TemplateInfo
 
 
 @runtime_checkable

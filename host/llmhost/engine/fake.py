@@ -10,23 +10,23 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from .. import policy
-from ..types import (
+from llmhost.domain.errors import EngineError, InvalidInput, ModelNotSupported
+from llmhost.domain.limits import DEFAULT_MODEL
+from llmhost.domain.types import (
     EmbeddingsResult,
-    EngineError,
     InferenceResult,
     InferencingParams,
-    InvalidInput,
     ModelInfo,
-    ModelNotSupported,
     StreamDone,
     StreamEvent,
+    check_embedding_texts,
+    check_prompt_fits,
 )
-from .base import TokenSequence, collect
-from .generation import GenerationText
+from llmhost.engine.base import TokenSequence, collect
+from llmhost.engine.generation import GenerationText
 
 if TYPE_CHECKING:
-    from ..chat.template import TemplateInfo
+    from llmhost.engine.chat_template import TemplateInfo
 
 BOS, EOG, BYTE_OFFSET = 1, 2, 3
 
@@ -78,7 +78,7 @@ class FakeGeneration:
 class FakeEngine:
     def __init__(
         self,
-        models: tuple[str, ...] = (policy.DEFAULT_MODEL,),
+        models: tuple[str, ...] = (DEFAULT_MODEL,),
         script: str = "Hello from the fake engine.",
         context_length: int = 64,
     ) -> None:
@@ -112,7 +112,7 @@ class FakeEngine:
         if params.constraint is not None:
             raise InvalidInput('structured output needs the llama-cpp engine (set `engine.kind = "llama-cpp"`)')
         prompt_tokens = len(self.tokenize(model, prompt))
-        policy.check_prompt_fits(prompt_tokens, self._context_length)
+        check_prompt_fits(prompt_tokens, self._context_length)
         state = GenerationText(params.stop, prompt_tokens, params.max_tokens)
         return FakeGeneration(self._script, state, self._context_length)
 
@@ -121,7 +121,7 @@ class FakeEngine:
 
     def embeddings(self, model: str, texts: list[str], check: Callable[[], None] | None = None) -> EmbeddingsResult:
         self._check(model)
-        policy.check_embedding_texts(texts)
+        check_embedding_texts(texts)
         vectors = [[float(len(t)), float(sum(t.encode()) % 97)] for t in texts]
         count = sum(len(self.tokenize(model, t)) for t in texts)
         return EmbeddingsResult(embeddings=vectors, prompt_token_count=count)
@@ -131,7 +131,7 @@ class FakeEngine:
         raise EngineError('sequences need the llama-cpp engine (set `engine.kind = "llama-cpp"` in the config)')
 
     def chat_template(self, model: str) -> TemplateInfo:
-        from ..chat.template import TemplateInfo
+        from llmhost.engine.chat_template import TemplateInfo
 
         self._check(model)
         return TemplateInfo(source=FAKE_CHAT_TEMPLATE, origin="the fake engine's template")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..types import FinishReason, StreamChunk, TokenLogprob, Usage
-from .text import StopMatcher, Utf8Assembler
+from llmhost.domain.types import FinishReason, StreamChunk, TokenLogprob, Usage
+from llmhost.engine.text import StopMatcher, Utf8Assembler
 
 
 @dataclass

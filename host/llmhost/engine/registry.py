@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from ..config import FakeEngineConfig, HostConfig, ModelConfig
-from .base import Engine
+from llmhost.config import FakeEngineConfig, HostConfig, ModelConfig
+from llmhost.engine.base import Engine
 
 
 def create_engine(config: HostConfig, note: Callable[[str], None] | None = None) -> Engine:
@@ -18,8 +18,8 @@ def create_engine(config: HostConfig, note: Callable[[str], None] | None = None)
         assert engine is not None
         return engine
     # Imported here: a host with only local models never loads the HTTP client.
-    from .openai_remote import OpenAIEngine
-    from .routing import RoutingEngine
+    from llmhost.engine.remote.engine import OpenAIEngine
+    from llmhost.engine.routing import RoutingEngine
 
     remote_engine = OpenAIEngine(remote, cache_dir=config.cache_dir, note=note)
     if engine is None:
@@ -31,7 +31,7 @@ def create_engine(config: HostConfig, note: Callable[[str], None] | None = None)
 
 def _local_engine(config: HostConfig, models: Mapping[str, ModelConfig], note: Callable[[str], None] | None) -> Engine:
     if isinstance(config.engine, FakeEngineConfig):
-        from .fake import FakeEngine
+        from llmhost.engine.fake import FakeEngine
 
         return FakeEngine(
             models=tuple(models),
@@ -39,6 +39,6 @@ def _local_engine(config: HostConfig, models: Mapping[str, ModelConfig], note: C
             context_length=config.engine.context_length,
         )
     # Imported here so that `llmhost --help` and unit tests never load llama.cpp.
-    from .llamacpp import LlamaCppEngine
+    from llmhost.engine.local.engine import LlamaCppEngine
 
     return LlamaCppEngine({name: config.models[name] for name in models}, cache_dir=config.cache_dir, note=note)

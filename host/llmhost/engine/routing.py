@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..types import EmbeddingsResult, InferenceResult, InferencingParams, ModelInfo, ModelNotSupported
-from .base import Engine, Generation, TokenSequence
+from llmhost.domain.errors import ModelNotSupported
+from llmhost.domain.types import EmbeddingsResult, InferenceResult, InferencingParams, ModelInfo
+from llmhost.engine.base import Engine, Generation, TokenSequence
 
 if TYPE_CHECKING:
-    from ..chat.template import TemplateInfo
+    from llmhost.engine.chat_template import TemplateInfo
 
 
 class RoutingEngine:

@@ -102,3 +102,16 @@ class StopMatcher:
             if any(len(s) > len(tail) and s.startswith(tail) for s in self._stops):
                 return q
         return None
+
+
+def attribute_text(pieces: Sequence[bytes], text: str) -> list[str]:
+    """Split `text` over the tokens it was tokenized into: each token gets the characters its bytes complete.
+
+    When the pieces do not spell `text` exactly (a tokenizer that normalizes), the whole text goes to the last
+    token, so that the joined texts always equal `text`.
+    """
+    assembler = Utf8Assembler()
+    parts = [assembler.push(piece) for piece in pieces]
+    if "".join(parts) == text and not assembler.pending():
+        return parts
+    return [""] * (len(pieces) - 1) + [text] if pieces else []

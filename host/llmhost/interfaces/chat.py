@@ -11,10 +11,11 @@ from typing import Any
 
 from wasmtime.component import FuncType, LinkerInstance, ResourceType
 
-from .. import abi
-from ..runtime.host_funcs import add_func
-from ..runtime.scope import scope_of
-from .llm import LlmService, ScopeLimits, scope_streams, stream_dropped
+from llmhost.interfaces.llm import scope_streams, stream_dropped
+from llmhost.run.service import LlmService, ScopeLimits
+from llmhost.runtime import abi
+from llmhost.runtime.abi import define_functions
+from llmhost.runtime.sandbox import scope_of
 
 _log = logging.getLogger(__name__)
 
@@ -61,8 +62,4 @@ def define_chat(
         instance.add_resource(
             "chat-completion-stream", ResourceType.host(CHAT_STREAM_TYPE_ID), stream_dropped(limits, "chat stream")
         )
-    for name, func_type in imported.items():
-        if name in bindings:
-            function, to_wit = bindings[name]
-            encoder = abi.ResultEncoder.from_wit(func_type.result)
-            add_func(instance, name, abi.guarded(function, to_wit, encoder, with_store=True), func_type)
+    define_functions(instance, imported, bindings)

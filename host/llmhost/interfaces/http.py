@@ -13,12 +13,12 @@ from typing import Any, Protocol
 from wasmtime import _ffi as ffi
 from wasmtime.component import FuncType, LinkerInstance, ResourceType
 
-from .. import abi
-from ..runtime.host_funcs import add_func
-from ..runtime.sandbox import deadline_ticks
-from ..runtime.scope import HandleTable
-from ..types import LlmError
-from .versions import current, interface_names
+from llmhost.domain.errors import LlmError
+from llmhost.interfaces.versions import current, interface_names
+from llmhost.run.scope import HandleTable
+from llmhost.runtime import abi
+from llmhost.runtime.host_funcs import add_func
+from llmhost.runtime.sandbox import deadline_ticks
 
 HTTP_INTERFACES = interface_names("http")
 HANDLER_INTERFACES = interface_names("handler")

@@ -8,13 +8,15 @@ from typing import Any
 
 from wasmtime.component import FuncType, LinkerInstance, ResourceType
 
-from .. import abi
-from ..engine.base import TokenSequence
-from ..runtime.host_funcs import add_func
-from ..runtime.scope import HandleTable, scope_of
-from ..types import InvalidInput
-from .llm import STREAM_TYPE_ID, LlmService, ScopeLimits, scope_streams
-from .versions import current, interface_names
+from llmhost.domain.errors import InvalidInput
+from llmhost.engine.base import TokenSequence
+from llmhost.interfaces.streams import STREAM_TYPE_ID, scope_streams
+from llmhost.interfaces.versions import current, interface_names
+from llmhost.run.scope import HandleTable
+from llmhost.run.service import LlmService, ScopeLimits
+from llmhost.runtime import abi
+from llmhost.runtime.abi import define_functions
+from llmhost.runtime.sandbox import scope_of
 
 _log = logging.getLogger(__name__)
 
@@ -134,13 +136,7 @@ def define_sequences(
     if not any(name in imported for name in (*fallible, *getters)):
         return
     instance.add_resource("sequence", ResourceType.host(SEQUENCE_TYPE_ID), _dropped(limits))
-    for name, func_type in imported.items():
-        if name in fallible:
-            function, to_wit = fallible[name]
-            encoder = abi.ResultEncoder.from_wit(func_type.result)
-            add_func(instance, name, abi.guarded(function, to_wit, encoder, with_store=True), func_type)
-        elif name in getters:
-            add_func(instance, name, method(getters[name]), func_type)
+    define_functions(instance, imported, fallible, {name: method(get) for name, get in getters.items()})
 
 
 def _dropped(limits: ScopeLimits) -> Callable[[Any, int], None]:

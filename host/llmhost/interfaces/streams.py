@@ -7,17 +7,27 @@ it forever: a stream idle for longer than `idle_timeout_s` is cancelled by a rea
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from ..engine.base import Generation
-from ..runtime.scope import HandleTable
-from ..types import EngineError, StreamEvent
+from llmhost.domain.errors import EngineError
+from llmhost.domain.types import StreamEvent
+from llmhost.engine.base import Generation
+from llmhost.run.scope import HandleTable
+from llmhost.run.service import ScopeLimits
+from llmhost.runtime.sandbox import scope_of
 
 IDLE_TIMEOUT_KEY = "sandbox.stream-idle-timeout-s"
 MAX_OPEN_KEY = "sandbox.max-open-streams"
+
+_log = logging.getLogger(__name__)
+
+# Host resource type id of `inference-stream` (any distinct integers; wasmtime checks a handle's type against them).
+STREAM_TYPE_ID = 1
 
 
 @dataclass
@@ -125,3 +135,26 @@ class StreamTable:
 
         self._reaper = threading.Thread(target=run, name="llmhost-stream-reaper", daemon=True)
         self._reaper.start()
+
+
+def scope_streams(store: Any, limits: ScopeLimits) -> StreamTable:
+    """The streams of the run `store` belongs to (closed, cancelling each, when the run ends)."""
+    return scope_of(store).table(
+        "streams",
+        lambda: StreamTable(limits.stream_idle_timeout_s, limit=limits.max_open_streams),
+        StreamTable.close,
+        first=True,
+    )
+
+
+def stream_dropped(limits: ScopeLimits, what: str) -> Callable[[Any, int], None]:
+    """The destructor of a stream resource (`inference-stream`, `chat-completion-stream`): cancel the stream."""
+
+    def destructor(store: Any, rep: int) -> None:
+        # Runs when the guest drops its handle; like any host function it must not raise.
+        try:
+            scope_streams(store, limits).drop(rep)
+        except Exception:  # a failure to cancel must not trap the guest that dropped the stream
+            _log.exception("cancelling %s %d failed", what, rep)
+
+    return destructor

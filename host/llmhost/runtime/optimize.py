@@ -11,7 +11,7 @@ from pathlib import Path
 
 from wasmtime.component import Component
 
-from .components import create_wasmtime_engine, store_file
+from llmhost.runtime.components import create_wasmtime_engine, store_file
 
 
 def main(argv: list[str]) -> int:

@@ -16,11 +16,14 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable
+from typing import Any
 
-from wasmtime import Engine, Store, WasiConfig
+from wasmtime import Engine, Store, WasiConfig, _value
+from wasmtime import _ffi as ffi
 
-from ..config import SandboxConfig
-from .scope import RunScope
+from llmhost.config import SandboxConfig
+from llmhost.domain.errors import EngineError
+from llmhost.run.scope import RunScope
 
 # How often the epoch advances while a timeout is configured; a guest overruns its limit by at most this much.
 EPOCH_TICK_S = 0.05
@@ -151,3 +154,12 @@ class EpochTicker:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def scope_of(store: Any) -> RunScope:
+    """The `RunScope` a store was created with (host functions get the store's context as `store`)."""
+    data = ffi.wasmtime_context_get_data(store._context())
+    scope = _value._unintern(data) if data else None  # type: ignore[arg-type]  # as wasmtime-py's Store.data
+    if not isinstance(scope, RunScope):
+        raise EngineError("this store has no run scope (create stores with runtime.sandbox.new_store)")
+    return scope

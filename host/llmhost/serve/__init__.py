@@ -9,13 +9,13 @@ deadline, its client's disconnect or the server's shutdown.
 
 from __future__ import annotations
 
-from .config import AppConfig, ServeSettings, load_app_config, settings_for
+from llmhost.serve.config import AppConfig, ServeSettings, load_app_config, settings_for
 
 __all__ = ["AppConfig", "ServeSettings", "load_app_config", "run", "settings_for"]
 
 
 def run(settings: ServeSettings, log_level: str = "info") -> int:
     """Serve until SIGINT/SIGTERM (imports uvicorn and wasmtime only when called)."""
-    from .server import run as run_server
+    from llmhost.serve.server import run as run_server
 
     return run_server(settings, log_level)

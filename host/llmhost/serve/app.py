@@ -19,15 +19,15 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from typing import Any
 
-from .. import abi
-from ..api import HostError
-from ..interfaces.http import WriteClosed, WriteInvalid
-from ..runtime.scope import RunScope, TokenBudget
-from . import policy
-from .auth import UNAUTHORIZED_BODY, ApiKeys
-from .component import GuestFailure, HttpComponent, HttpRequest, HttpResponse
-from .config import ComponentSettings
-from .deadline import Deadline
+from llmhost.api import HostError
+from llmhost.domain.limits import DEADLINE_GRACE_S, DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_LOG_BYTES, MAX_REASON_CHARS
+from llmhost.interfaces.http import WriteClosed, WriteInvalid
+from llmhost.run.scope import RunScope, TokenBudget
+from llmhost.runtime import abi
+from llmhost.serve.auth import UNAUTHORIZED_BODY, ApiKeys
+from llmhost.serve.component import GuestFailure, HttpComponent, HttpRequest, HttpResponse
+from llmhost.serve.config import ComponentSettings
+from llmhost.serve.deadline import Deadline
 
 _log = logging.getLogger("llmhost.serve")
 _REQUEST_IDS = itertools.count(1)
@@ -91,8 +91,8 @@ class ServeApp:
         components: dict[str, HttpComponent],
         routes: dict[str, str],
         executor: concurrent.futures.Executor,
-        body_timeout_s: float = policy.DEFAULT_BODY_TIMEOUT_S,
-        max_log_bytes: int = policy.DEFAULT_MAX_LOG_BYTES,
+        body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+        max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
         api_keys: ApiKeys | None = None,
     ) -> None:
         self.api_keys = api_keys if api_keys is not None else ApiKeys()
@@ -144,12 +144,12 @@ class ServeApp:
         try:
             # The instance is interrupted only after the grace in which a guest told of its deadline ends its
             # response; each write moves this further (`interfaces.http`, see `deadline`).
-            budget = remaining + policy.DEADLINE_GRACE_S
+            budget = remaining + DEADLINE_GRACE_S
             return component.handle(request, writer, budget, writer.request_id, self.max_log_bytes, scope)
         except GuestFailure as failure:
             return failure
         except HostError as error:
-            return GuestFailure(500, str(error)[: policy.MAX_REASON_CHARS])
+            return GuestFailure(500, str(error)[:MAX_REASON_CHARS])
         except Exception as error:  # a host bug: answer 500 and log it, the server goes on
             _log.exception("%s: internal error", component.name)
             return GuestFailure(500, f"internal host error: {type(error).__name__}")
@@ -266,7 +266,7 @@ class Exchange:
             # taken for the grace, so it can end its response properly (a stream's last event, a JSON error).
             self.overrun = reason
             scope.cancel(reason)
-            await asyncio.wait({work}, timeout=policy.DEADLINE_GRACE_S)
+            await asyncio.wait({work}, timeout=DEADLINE_GRACE_S)
             if not work.done():
                 # It is interrupted now (epoch); answer without it (a guest blocked in a host call ends on its own).
                 self._close(reason, scope)
@@ -399,7 +399,7 @@ class Exchange:
             coroutine.close()
             raise WriteClosed("the server has stopped") from None
         try:
-            future.result(timeout=deadline.left() + policy.DEADLINE_GRACE_S)
+            future.result(timeout=deadline.left() + DEADLINE_GRACE_S)
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise WriteClosed("the request's deadline passed") from None
@@ -435,8 +435,8 @@ class ThreadWriter:
 
     def run_budget_s(self) -> float:
         if self._exchange.overrun is not None:  # told of its deadline: what is left of the grace, no more
-            return policy.DEADLINE_GRACE_S
-        return self._deadline.left() + policy.DEADLINE_GRACE_S
+            return DEADLINE_GRACE_S
+        return self._deadline.left() + DEADLINE_GRACE_S
 
     def write(self, chunk: bytes) -> None:
         if not self._started:

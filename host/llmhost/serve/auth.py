@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..config import ConfigError
+from llmhost.config import ConfigError
 
 API_KEYS_ENV = "LLMHOST_API_KEYS"
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from wasmtime import Store, WasmtimeError
 from wasmtime.component import ComponentInstanceType, FuncType
 
-from .. import abi
-from ..api import Host, LoadError, _cause, check_imports
-from ..interfaces.http import (
+from llmhost.api import Host, LoadError, _cause, check_imports
+from llmhost.domain.limits import ALLOWED_MODELS_KEY, DEFAULT_MAX_LOG_BYTES, MAX_REASON_CHARS
+from llmhost.interfaces.http import (
     HANDLE_EXPORT,
     HANDLER_INTERFACES,
     HTTP_INTERFACES,
@@ -19,12 +19,12 @@ from ..interfaces.http import (
     WriterTable,
     define_http,
 )
-from ..interfaces.llm import INTERFACES as LLM_INTERFACES
-from ..interfaces.sequences import INTERFACES as SEQUENCES_INTERFACES
-from ..runtime.sandbox import CapturedOutput, new_store
-from ..runtime.scope import RunScope
-from . import policy
-from .config import ComponentSettings
+from llmhost.interfaces.llm import INTERFACES as LLM_INTERFACES
+from llmhost.interfaces.sequences import INTERFACES as SEQUENCES_INTERFACES
+from llmhost.run.scope import RunScope
+from llmhost.runtime import abi
+from llmhost.runtime.sandbox import CapturedOutput, new_store
+from llmhost.serve.config import ComponentSettings
 
 _guest_log = logging.getLogger("llmhost.serve.guest")
 
@@ -63,7 +63,7 @@ class HttpComponent:
         linked = host.link(
             settings.source,
             allowed_models=settings.allowed_models,
-            allowed_key=settings.key(f"components.{settings.name}.{policy.ALLOWED_MODELS_KEY}"),
+            allowed_key=settings.key(f"components.{settings.name}.{ALLOWED_MODELS_KEY}"),
             extra={
                 name: lambda instance, imported: define_http(instance, writers, imported) for name in HTTP_INTERFACES
             },
@@ -98,7 +98,7 @@ class HttpComponent:
         writer: ResponseWriter,
         deadline_s: float,
         request_id: str = "-",
-        max_log_bytes: int = policy.DEFAULT_MAX_LOG_BYTES,
+        max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
         scope: RunScope | None = None,
     ) -> HttpResponse:
         """Run `handler.handle` in a fresh instance (on the calling thread) that may run for `deadline_s`.
@@ -178,7 +178,7 @@ class HttpComponent:
             limit = self.settings.limits.max_memory_mb
             return GuestFailure(500, f"{self.name} ran out of memory (limit {limit} MB, {self._key('max_memory_mb')})")
         detail = _python_error(text) or cause
-        return GuestFailure(500, f"{self.name} trapped: {detail}"[: policy.MAX_REASON_CHARS])
+        return GuestFailure(500, f"{self.name} trapped: {detail}"[:MAX_REASON_CHARS])
 
     def _key(self, field: str) -> str:
         return self.settings.limit_key(field)

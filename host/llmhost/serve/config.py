@@ -13,8 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .. import policy as host_policy
-from ..config import (
+from llmhost.config import (
     ConfigError,
     EngineConfig,
     HostConfig,
@@ -24,8 +23,22 @@ from ..config import (
     default_cache_dir,
     read_config,
 )
-from . import policy
-from .auth import ApiKeys, load_api_keys
+from llmhost.domain.limits import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_DEADLINE_S,
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_LISTEN,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_DURATION_S,
+    DEFAULT_MAX_LOG_BYTES,
+    DEFAULT_MAX_MEMORY_MB,
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_MODEL,
+    DEFAULT_SHUTDOWN_GRACE_S,
+)
+from llmhost.serve.auth import ApiKeys, load_api_keys
 
 
 def _kebab(name: str) -> str:
@@ -39,11 +52,11 @@ class _Section(BaseModel):
 class Limits(_Section):
     """What one request may use ([limits], the defaults of every component)."""
 
-    deadline_s: float = Field(policy.DEFAULT_DEADLINE_S, gt=0)  # to the first byte, and between writes
-    max_duration_s: float = Field(policy.DEFAULT_MAX_DURATION_S, gt=0)  # the whole request, streaming included
-    max_memory_mb: int = Field(policy.DEFAULT_MAX_MEMORY_MB, ge=16)
-    max_body_bytes: int = Field(policy.DEFAULT_MAX_BODY_BYTES, ge=0)
-    max_tokens: int = Field(policy.DEFAULT_MAX_TOKENS, ge=1)
+    deadline_s: float = Field(DEFAULT_DEADLINE_S, gt=0)  # to the first byte, and between writes
+    max_duration_s: float = Field(DEFAULT_MAX_DURATION_S, gt=0)  # the whole request, streaming included
+    max_memory_mb: int = Field(DEFAULT_MAX_MEMORY_MB, ge=16)
+    max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=0)
+    max_tokens: int = Field(DEFAULT_MAX_TOKENS, ge=1)
 
 
 class LimitOverrides(_Section):
@@ -66,18 +79,18 @@ class ComponentConfig(_Section):
 
 
 class AppConfig(_Section):
-    listen: str = policy.DEFAULT_LISTEN
-    max_concurrency: int = Field(policy.DEFAULT_MAX_CONCURRENCY, ge=1)
-    shutdown_grace_s: float = Field(policy.DEFAULT_SHUTDOWN_GRACE_S, gt=0)
-    header_timeout_s: float = Field(policy.DEFAULT_HEADER_TIMEOUT_S, gt=0)
-    body_timeout_s: float = Field(policy.DEFAULT_BODY_TIMEOUT_S, gt=0)
-    max_connections: int = Field(policy.DEFAULT_MAX_CONNECTIONS, ge=1)
-    max_log_bytes: int = Field(policy.DEFAULT_MAX_LOG_BYTES, ge=0)
+    listen: str = DEFAULT_LISTEN
+    max_concurrency: int = Field(DEFAULT_MAX_CONCURRENCY, ge=1)
+    shutdown_grace_s: float = Field(DEFAULT_SHUTDOWN_GRACE_S, gt=0)
+    header_timeout_s: float = Field(DEFAULT_HEADER_TIMEOUT_S, gt=0)
+    body_timeout_s: float = Field(DEFAULT_BODY_TIMEOUT_S, gt=0)
+    max_connections: int = Field(DEFAULT_MAX_CONNECTIONS, ge=1)
+    max_log_bytes: int = Field(DEFAULT_MAX_LOG_BYTES, ge=0)
     # A file of accepted API keys, one per line (see `auth`); keys never appear in the config itself.
     api_keys_file: Path | None = None
     cache_dir: Path = Field(default_factory=default_cache_dir)
     engine: EngineConfig = Field(default_factory=LlamaCppEngineConfig)
-    models: dict[str, ModelConfig] = Field(default_factory=lambda: {host_policy.DEFAULT_MODEL: ModelConfig()})
+    models: dict[str, ModelConfig] = Field(default_factory=lambda: {DEFAULT_MODEL: ModelConfig()})
     limits: Limits = Field(default_factory=Limits)
     components: dict[str, ComponentConfig] = Field(default_factory=dict)
     routes: dict[str, str] = Field(default_factory=dict)
@@ -96,7 +109,7 @@ def parse_listen(value: str) -> tuple[str, int]:
     """ "HOST:PORT" (IPv6 in brackets: "[::1]:8080") -> (host, port); port 0 picks a free port."""
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"expected HOST:PORT, e.g. {policy.DEFAULT_LISTEN}, got {value!r}")
+        raise ValueError(f"expected HOST:PORT, e.g. {DEFAULT_LISTEN}, got {value!r}")
     return host.removeprefix("[").removesuffix("]"), int(port)
 
 
@@ -130,10 +143,10 @@ class ServeSettings:
     shutdown_grace_s: float
     components: dict[str, ComponentSettings]
     routes: dict[str, str]  # path prefix -> component name
-    header_timeout_s: float = policy.DEFAULT_HEADER_TIMEOUT_S
-    body_timeout_s: float = policy.DEFAULT_BODY_TIMEOUT_S
-    max_connections: int = policy.DEFAULT_MAX_CONNECTIONS
-    max_log_bytes: int = policy.DEFAULT_MAX_LOG_BYTES
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_log_bytes: int = DEFAULT_MAX_LOG_BYTES
     api_keys: ApiKeys = field(default_factory=ApiKeys)  # empty: no key needed
 
 

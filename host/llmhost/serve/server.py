@@ -23,15 +23,15 @@ from typing import Any
 
 import uvicorn
 
-from ..api import Host
-from ..config import FakeEngineConfig
-from ..engine.registry import create_engine
-from ..interfaces.http import WriterTable
-from . import policy
-from .app import ServeApp
-from .component import HttpComponent
-from .config import ServeSettings
-from .protocol import protocol_with_header_timeout
+from llmhost.api import Host
+from llmhost.config import FakeEngineConfig
+from llmhost.domain.limits import SHUTDOWN_CANCEL_MARGIN_S
+from llmhost.engine.registry import create_engine
+from llmhost.interfaces.http import WriterTable
+from llmhost.serve.app import ServeApp
+from llmhost.serve.component import HttpComponent
+from llmhost.serve.config import ServeSettings
+from llmhost.serve.protocol import protocol_with_header_timeout
 
 _log = logging.getLogger("llmhost.serve")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -140,7 +140,7 @@ def _serve(settings: ServeSettings, host: Host) -> int:
     def begin_shutdown() -> None:
         # Requests still running near the end of the grace are cancelled (their generations end at once, so a
         # guest ends its response itself: a stream's last event), leaving the margin for them to do so.
-        delay = max(0.0, settings.shutdown_grace_s - policy.SHUTDOWN_CANCEL_MARGIN_S)
+        delay = max(0.0, settings.shutdown_grace_s - SHUTDOWN_CANCEL_MARGIN_S)
         timer = threading.Timer(delay, app.cancel_all, args=("the server is shutting down",))
         timer.daemon = True
         timer.start()

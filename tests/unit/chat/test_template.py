@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 from llmhost.chat.service import ChatService
-from llmhost.chat.template import GEMMA3_TEMPLATE, ChatTemplate, TemplateInfo, template_source
-from llmhost.types import ChatMessage, ChatRole, InvalidInput, Tool, ToolCall
+from llmhost.chat.template import ChatTemplate
+from llmhost.domain.errors import InvalidInput
+from llmhost.domain.types import ChatMessage, ChatRole, Tool, ToolCall
+from llmhost.engine.chat_template import GEMMA3_TEMPLATE, TemplateInfo, template_source
 
 CHATML_TOOLS = (Path(__file__).parent / "chatml_tools.jinja").read_text()
 

@@ -9,9 +9,9 @@ import pytest
 
 from llmhost.chat.service import ChatStream, collect_chat
 from llmhost.chat.tools import parse_tools, reply_constraint, scan_calls
-from llmhost.types import (
+from llmhost.domain.errors import InvalidInput
+from llmhost.domain.types import (
     FinishReason,
-    InvalidInput,
     StreamChunk,
     StreamDone,
     StreamEvent,

@@ -14,10 +14,11 @@ import jsonschema
 import numpy as np
 import pytest
 
-from llmhost.engine.constraints import ConstraintCompiler, LlgConstraint
-from llmhost.engine.llamacpp import llama_lib
-from llmhost.engine.models import default_model_path
-from llmhost.types import Constraint, InvalidInput
+from llmhost.domain.errors import InvalidInput
+from llmhost.domain.types import Constraint
+from llmhost.engine.local.constraints import ConstraintCompiler, LlgConstraint
+from llmhost.engine.local.llama_decoder import llama_lib
+from llmhost.engine.local.models import default_model_path
 
 
 @pytest.fixture(scope="module")

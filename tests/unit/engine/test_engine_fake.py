@@ -17,12 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llmhost.config import ModelConfig
-from llmhost.engine.fake_decoder import EOG, FakeDecoder
-from llmhost.engine.llama_sequence import LlamaSequence
-from llmhost.engine.llamacpp import LlamaCppEngine
-from llmhost.engine.model import EngineModel
-from llmhost.engine.planning import Pending, Planned, plan_step
-from llmhost.types import InferencingParams, InvalidInput, StreamChunk
+from llmhost.domain.errors import InvalidInput
+from llmhost.domain.types import InferencingParams, StreamChunk
+from llmhost.engine.local.engine import LlamaCppEngine
+from llmhost.engine.local.fake_decoder import EOG, FakeDecoder
+from llmhost.engine.local.model import EngineModel
+from llmhost.engine.local.planning import Pending, Planned, plan_step
+from llmhost.engine.local.sequence import LlamaSequence
 
 MODEL = "fake"
 GREEDY = InferencingParams(max_tokens=6, temperature=0.0, repeat_penalty=1.0)

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from llmhost.domain.types import FinishReason, StreamChunk
 from llmhost.engine.generation import GenerationText
-from llmhost.types import FinishReason, StreamChunk
 
 from .utf8_reference import decode_dropping_incomplete_tail
 

@@ -14,11 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmhost.config import ModelConfig
-from llmhost.engine.fake_decoder import EOG, FakeDecoder
-from llmhost.engine.llamacpp import LlamaCppEngine
-from llmhost.engine.model import EngineModel
-from llmhost.engine.search import _Row
-from llmhost.types import BeamParams, InferencingParams, InvalidInput
+from llmhost.domain.errors import InvalidInput
+from llmhost.domain.types import BeamParams, InferencingParams
+from llmhost.engine.local.engine import LlamaCppEngine
+from llmhost.engine.local.fake_decoder import EOG, FakeDecoder
+from llmhost.engine.local.model import EngineModel
+from llmhost.engine.local.search import _Row
 
 MODEL = "fake"
 PROMPT = "Once upon"

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..types import InferencingParams
+from llmhost.domain.types import InferencingParams
 
 if TYPE_CHECKING:
-    from ..chat.template import TemplateInfo
+    from llmhost.engine.chat_template import TemplateInfo
 
 # One row of a batch: (slot, position of the first token, tokens).
 BatchRow = tuple[int, int, Sequence[int]]

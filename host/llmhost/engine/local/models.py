@@ -6,9 +6,9 @@ import json
 import threading
 from pathlib import Path
 
-from .. import policy
-from ..config import ModelConfig
-from ..types import EngineError
+from llmhost.config import ModelConfig
+from llmhost.domain.errors import EngineError
+from llmhost.domain.limits import DEFAULT_MODEL
 
 _assemble_lock = threading.Lock()
 
@@ -18,7 +18,7 @@ def resolve_model_path(name: str, config: ModelConfig, cache_dir: Path) -> Path:
         if not config.path.is_file():
             raise EngineError(f"model file {config.path} does not exist (fix `models.{name}.path` in the config)")
         return config.path
-    if name != policy.DEFAULT_MODEL:
+    if name != DEFAULT_MODEL:
         raise EngineError(f"model {name!r} has no file (set `models.{name}.path` in the config)")
     return default_model_path(cache_dir)
 

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..types import InferencingParams
-from .decoder import BatchRow
+from llmhost.domain.types import InferencingParams
+from llmhost.engine.local.decoder import BatchRow
 
 if TYPE_CHECKING:
-    from ..chat.template import TemplateInfo
+    from llmhost.engine.chat_template import TemplateInfo
 
 BOS, EOG, BYTE_OFFSET = 1, 2, 3
 
@@ -74,7 +74,7 @@ class FakeDecoder:
         return EOG
 
     def chat_template(self) -> TemplateInfo:
-        from ..chat.template import TemplateInfo
+        from llmhost.engine.chat_template import TemplateInfo
 
         return TemplateInfo(source="", origin="the fake decoder", add_bos=True)
 

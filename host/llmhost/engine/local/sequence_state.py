@@ -9,8 +9,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .generation import GenerationText
-from .text import Utf8Assembler
+from llmhost.engine.generation import GenerationText
 
 
 @dataclass
@@ -43,19 +42,6 @@ class SeqState:
     def truncate(self, count: int) -> None:
         del self.tokens[count:], self.token_texts[count:], self.logprobs[count:]
         self.n_kv = min(self.n_kv, count)
-
-
-def attribute_text(pieces: Sequence[bytes], text: str) -> list[str]:
-    """Split `text` over the tokens it was tokenized into: each token gets the characters its bytes complete.
-
-    When the pieces do not spell `text` exactly (a tokenizer that normalizes), the whole text goes to the last
-    token, so that the joined texts always equal `text`.
-    """
-    assembler = Utf8Assembler()
-    parts = [assembler.push(piece) for piece in pieces]
-    if "".join(parts) == text and not assembler.pending():
-        return parts
-    return [""] * (len(pieces) - 1) + [text] if pieces else []
 
 
 @dataclass(frozen=True)

@@ -14,16 +14,25 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..config import ModelConfig
-from ..types import Constraint, EmbeddingsResult, EngineError, InferencingParams, InvalidInput, TokenLogprob, TopLogprob
-from .constraint_mask import TokenConstraint
-from .decoder import BatchRow, Decoder
-from .scheduler import Row, Scheduler
-from .sequence_state import SeqState, attribute_text
-from .slots import SlotPool
+from llmhost.config import ModelConfig
+from llmhost.domain.errors import EngineError, InvalidInput
+from llmhost.domain.types import (
+    Constraint,
+    EmbeddingsResult,
+    InferencingParams,
+    TokenLogprob,
+    TopLogprob,
+    check_embedding_texts,
+)
+from llmhost.engine.local.constraint_mask import TokenConstraint
+from llmhost.engine.local.decoder import BatchRow, Decoder
+from llmhost.engine.local.scheduler import Row, Scheduler
+from llmhost.engine.local.sequence_state import SeqState
+from llmhost.engine.local.slots import SlotPool
+from llmhost.engine.text import attribute_text
 
 if TYPE_CHECKING:
-    from .scheduler import LlamaGeneration
+    from llmhost.engine.local.scheduler import LlamaGeneration
 
 
 class EngineModel:
@@ -213,9 +222,8 @@ class EngineModel:
             return [float(x) for x in self.decoder.logits(-1)]
 
     def embed(self, texts: list[str], check: Callable[[], None] | None = None) -> EmbeddingsResult:
-        from .. import policy
 
-        policy.check_embedding_texts(texts)
+        check_embedding_texts(texts)
         embed = getattr(self.decoder, "embed", None)
         if embed is None:
             raise InvalidInput(f"embeddings are not available for {self.name}")

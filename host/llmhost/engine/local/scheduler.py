@@ -19,29 +19,27 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from .. import policy
-from ..types import (
-    EngineError,
+from llmhost.config import ModelConfig
+from llmhost.domain.errors import EngineError, LlmError
+from llmhost.domain.limits import SLOT_WAIT_TIMEOUT_S
+from llmhost.domain.types import (
     FinishReason,
     InferencingParams,
-    LlmError,
     StreamChunk,
     StreamDone,
     StreamEvent,
     TokenLogprob,
     Usage,
 )
-from .constraint_mask import MaskWorker, TokenConstraint
-from .generation import GenerationText, Step
-from .planning import Pending, plan_step
-from .sampling import penalty_window
-from .sequence_state import SeqState, plan_rewind
-from .slots import slots_busy_error
-
-if TYPE_CHECKING:
-    from .model import EngineModel as LlamaModel
+from llmhost.engine.generation import GenerationText, Step
+from llmhost.engine.local.constraint_mask import MaskWorker, TokenConstraint
+from llmhost.engine.local.decoder import Decoder
+from llmhost.engine.local.planning import Pending, plan_step
+from llmhost.engine.local.sampling import penalty_window
+from llmhost.engine.local.sequence_state import SeqState, plan_rewind
+from llmhost.engine.local.slots import SlotPool, slots_busy_error
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +57,37 @@ READER_TURN_S = 0.003
 # A step that could do nothing (every slot busy, nothing to decode) is retried after this long, or as soon as
 # something changes (a slot frees, a generation arrives or is cancelled), so waiting never spins.
 STALL_RETRY_S = 0.05
+
+
+class LlamaModel(Protocol):
+    """What the scheduler and its generations use of a model (`model.EngineModel` has it): the scheduler works on
+    these parts and never imports the model that wires them."""
+
+    name: str
+    config: ModelConfig
+    decoder: Decoder
+    lock: Any  # the model's RLock: every decoder call runs under it
+    slots: SlotPool
+    scheduler: Scheduler
+    n_ctx: int
+    n_batch: int
+    cpu_bound: bool
+
+    def piece(self, token: int) -> bytes: ...
+
+    def is_eog(self, token: int) -> bool: ...
+
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]: ...
+
+    def texts_of(self, tokens: list[int], text: str) -> list[str]: ...
+
+    def unevaluate_last(self, state: SeqState) -> None: ...
+
+    def decode_rows(self, rows: list[Row]) -> list[Row]: ...
+
+    def sample_row(
+        self, job: LlamaGeneration, row: int, mask: Any
+    ) -> tuple[int, float | None, TokenLogprob | None]: ...
 
 
 class LlamaGeneration:
@@ -425,7 +454,7 @@ class Scheduler:
         while self._waiting:
             job = self._waiting[0]
             if not self.model.slots.attach(job.state, wait=False, reuse_prefix=job.reuse_prefix):
-                if now - job.submitted_at > policy.SLOT_WAIT_TIMEOUT_S:
+                if now - job.submitted_at > SLOT_WAIT_TIMEOUT_S:
                     self._waiting.popleft()
                     job.push(slots_busy_error(self.model.name, self.model.config.slots))
                     job.finish()

@@ -6,7 +6,6 @@ behind the decoder (llama_decoder.py).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -14,26 +13,20 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import policy
-from ..config import ModelConfig
-from ..types import (
-    EmbeddingsResult,
-    InferenceResult,
-    InferencingParams,
-    InvalidInput,
-    ModelInfo,
-    ModelNotSupported,
-)
-from .base import collect
-from .llama_decoder import LlamaDecoder, llama_lib
-from .llama_sequence import LlamaSequence
-from .model import EngineModel
-from .models import resolve_model_path
-from .scheduler import LlamaGeneration
-from .sequence_state import SeqState
+from llmhost.config import ModelConfig
+from llmhost.domain.errors import InvalidInput, ModelNotSupported
+from llmhost.domain.types import EmbeddingsResult, InferenceResult, InferencingParams, ModelInfo, check_prompt_fits
+from llmhost.engine.base import collect
+from llmhost.engine.chat_template import choose_template
+from llmhost.engine.local.llama_decoder import LlamaDecoder, llama_lib
+from llmhost.engine.local.model import EngineModel
+from llmhost.engine.local.models import resolve_model_path
+from llmhost.engine.local.scheduler import LlamaGeneration
+from llmhost.engine.local.sequence import LlamaSequence
+from llmhost.engine.local.sequence_state import SeqState
 
 if TYPE_CHECKING:
-    from ..chat.template import TemplateInfo
+    from llmhost.engine.chat_template import TemplateInfo
 
 __all__ = ["LlamaCppEngine", "LlamaModel", "llama_lib"]
 
@@ -110,7 +103,7 @@ class LlamaCppEngine:
         tokens = m.tokenize(prompt)
         if not tokens:
             raise InvalidInput("prompt is empty and this model adds no beginning-of-sequence token")
-        policy.check_prompt_fits(len(tokens), m.n_ctx)
+        check_prompt_fits(len(tokens), m.n_ctx)
         # A one-off request never reads its per-token texts (only sequences do): skip detokenizing the prompt.
         state = SeqState(tokens, [""] * len(tokens))
         # A one-off sequence: when it ends, its KV cache stays behind only as a prompt-prefix cache, if the model
@@ -130,18 +123,9 @@ class LlamaCppEngine:
         return collect(self.stream(model, prompt, params))
 
     def chat_template(self, model: str) -> TemplateInfo:
-        """The config's template if it sets one, else the model file's, else the built-in one of the embedded
-        default model (Gemma 3, whose GGUF carries none); with the token texts templates need."""
-        from ..chat.template import GEMMA3_TEMPLATE, template_source
-
         m = self.model(model)
-        config = m.config
-        found = m.decoder.chat_template()
-        builtin = GEMMA3_TEMPLATE if config.path is None else None
-        source, origin = template_source(
-            model, config.chat_template, config.chat_template_file, found.source or None, builtin
-        )
-        return dataclasses.replace(found, source=source, origin=origin)
+        # A model with no `path` runs the embedded default model's weights.
+        return choose_template(model, m.config, m.decoder.chat_template(), default_weights=m.config.path is None)
 
     def embeddings(self, model: str, texts: list[str], check: Callable[[], None] | None = None) -> EmbeddingsResult:
         return self.model(model).embed(texts, check)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from ..types import InferencingParams
+from llmhost.domain.types import InferencingParams
 
 _LLAMA_DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp reads this value as "pick a random seed"
 

@@ -14,13 +14,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .. import policy
-from ..types import BeamParams, InvalidInput
-from .generation import GenerationText
-from .sequence_state import SeqState, plan_rewind
+from llmhost.domain.errors import InvalidInput
+from llmhost.domain.types import BeamParams, check_continuations
+from llmhost.engine.generation import GenerationText
+from llmhost.engine.local.sequence_state import SeqState, plan_rewind
 
 if TYPE_CHECKING:
-    from .model import EngineModel as LlamaModel
+    from llmhost.engine.local.model import EngineModel as LlamaModel
 
 
 # Logits within this many nats of the row's best hold its top tokens in practice (thousands of ids); the exact
@@ -85,7 +85,7 @@ def score(model: LlamaModel, source: SeqState, continuations: list[str]) -> list
     """The log-likelihood of each continuation given `source` (tokenized as `append` tokenizes a non-empty
     sequence's text). The first token of every continuation is scored from one shared row (the source's last
     token); the rest of every continuation in as few batches as slots and the batch size allow, one fork each."""
-    policy.check_continuations(continuations)
+    check_continuations(continuations)
     if not source.tokens:
         raise InvalidInput("the sequence is empty: append a prompt before scoring continuations")
     tokenized = [model.tokenize(text, add_special=False) if text else [] for text in continuations]

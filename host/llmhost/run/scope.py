@@ -16,14 +16,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from wasmtime import _ffi as ffi
-from wasmtime import _value
-
-from ..types import EngineError, InferencingParams, InvalidInput, StreamDone, StreamEvent
+from llmhost.domain.errors import EngineError, InvalidInput
+from llmhost.domain.types import InferencingParams, StreamDone, StreamEvent
 
 if TYPE_CHECKING:
-    from ..engine.base import Generation, TokenSequence
-    from ..types import BeamParams, InferenceResult
+    from llmhost.domain.types import BeamParams, InferenceResult
+    from llmhost.engine.base import Generation, TokenSequence
 
 T = TypeVar("T")
 
@@ -296,7 +294,7 @@ class ScopedSequence:
         return ScopedGeneration(self._inner.generate_stream(self._scope.clamp(params)), self._scope)
 
     def generate(self, params: InferencingParams) -> InferenceResult:
-        from ..engine.base import collect
+        from llmhost.engine.base import collect
 
         return collect(self.generate_stream(params))
 
@@ -320,12 +318,3 @@ class ScopedSequence:
 
     def __getattr__(self, name: str) -> Any:  # text, token_ids, append, truncate, close, ...: unchanged
         return getattr(self._inner, name)
-
-
-def scope_of(store: Any) -> RunScope:
-    """The `RunScope` a store was created with (host functions get the store's context as `store`)."""
-    data = ffi.wasmtime_context_get_data(store._context())
-    scope = _value._unintern(data) if data else None  # type: ignore[arg-type]  # as wasmtime-py's Store.data
-    if not isinstance(scope, RunScope):
-        raise EngineError("this store has no run scope (create stores with runtime.sandbox.new_store)")
-    return scope

@@ -7,11 +7,14 @@ from collections.abc import Callable, Mapping
 from wasmtime import Engine
 from wasmtime.component import Component, FuncType, Linker, LinkerInstance
 
-from .. import abi
-from ..interfaces.llm import INTERFACES as LLM_INTERFACES
-from ..interfaces.llm import LlmService, ScopeLimits, define_llm
-from ..interfaces.sequences import INTERFACES as SEQUENCES_INTERFACES
-from ..interfaces.sequences import define_sequences
+from llmhost.interfaces.chat import FUNCTIONS as CHAT_FUNCTIONS
+from llmhost.interfaces.chat import define_chat
+from llmhost.interfaces.llm import INTERFACES as LLM_INTERFACES
+from llmhost.interfaces.llm import define_llm
+from llmhost.interfaces.sequences import INTERFACES as SEQUENCES_INTERFACES
+from llmhost.interfaces.sequences import define_sequences
+from llmhost.run.service import LlmService, ScopeLimits
+from llmhost.runtime import abi
 
 # Defines one more WIT interface in a linker instance, given the functions the component imports from it.
 InterfaceDefiner = Callable[[LinkerInstance, dict[str, FuncType]], None]
@@ -37,6 +40,7 @@ def build_linker(
         if imported:
             with linker.root() as root, root.add_instance(name) as instance:
                 define_llm(instance, llm, limits, imported)
+                define_chat(instance, llm, limits, {n: t for n, t in imported.items() if n in CHAT_FUNCTIONS})
     for name in SEQUENCES_INTERFACES:
         imported = abi.imported_functions(component, engine, name)
         if imported:

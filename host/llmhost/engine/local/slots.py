@@ -11,10 +11,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from .. import policy
-from ..types import EngineError
-from .decoder import Decoder
-from .sequence_state import SeqState
+from llmhost.domain.errors import EngineError
+from llmhost.domain.limits import SLOT_WAIT_TIMEOUT_S
+from llmhost.engine.local.decoder import Decoder
+from llmhost.engine.local.sequence_state import SeqState
 
 MIN_REUSED_PREFIX = 2  # shorter common prefixes (e.g. just the BOS token) are not worth a copy
 
@@ -22,7 +22,7 @@ MIN_REUSED_PREFIX = 2  # shorter common prefixes (e.g. just the BOS token) are n
 def slots_busy_error(model: str, count: int) -> EngineError:
     return EngineError(
         f"all {count} sequence slots of {model} stayed busy generating for "
-        f"{policy.SLOT_WAIT_TIMEOUT_S:.0f} s (raise `models.{model}.slots` in the config)"
+        f"{SLOT_WAIT_TIMEOUT_S:.0f} s (raise `models.{model}.slots` in the config)"
     )
 
 
@@ -196,7 +196,7 @@ class SlotPool:
         if not available():
             if not wait:
                 return None
-            if not self._freed.wait_for(available, timeout=policy.SLOT_WAIT_TIMEOUT_S):
+            if not self._freed.wait_for(available, timeout=SLOT_WAIT_TIMEOUT_S):
                 raise slots_busy_error(self._name, self.count)
         if not self._free:
             idle = [s for s in self._holders.values() if not s.busy]

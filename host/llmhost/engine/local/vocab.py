@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..types import EngineError
-from .llama_decoder import LlamaVocabCalls, llama_lib
+from llmhost.domain.errors import EngineError
+from llmhost.engine.local.llama_decoder import LlamaVocabCalls, llama_lib
 
 
 class LlamaVocab(LlamaVocabCalls):

@@ -1,6 +1,50 @@
-"""`llmhost serve` policy in one place: defaults and limits, and the config keys messages name."""
+"""Every limit and default of the host in one place, each named by its config key where one sets it.
+
+The checks that apply them live beside the types they check (`domain.types`); serve's limits are below.
+"""
 
 from __future__ import annotations
+
+DEFAULT_MODEL = "gemma-3-270m"
+DEFAULT_CONTEXT_LENGTH = 4096
+DEFAULT_THREADS = 2
+DEFAULT_BATCH_SIZE = 512
+# How long a generation waits for a free sequence slot of its model before giving up with `runtime-error`.
+SLOT_WAIT_TIMEOUT_S = 300.0
+MAX_STOP_SEQUENCES = 16
+MAX_STOP_LENGTH = 256
+# `logprobs: some(k)`: at most this many alternatives per token (OpenAI's limit too).
+MAX_TOP_LOGPROBS = 20
+# Frequency and presence penalties: OpenAI's range.
+MAX_ABS_PENALTY = 2.0
+# A constraint's schema, regex or grammar text, and the choices of `choice`: bounded so compiling one is
+# bounded work (compiled grammars are cached by their text).
+MAX_CONSTRAINT_BYTES = 256 * 1024
+MAX_CHOICES = 1024
+# `logit-bias`: entries per call, and the range of a bias (OpenAI's).
+MAX_LOGIT_BIAS_ENTRIES = 1024
+MAX_ABS_LOGIT_BIAS = 100.0
+# Run-scope quotas (defaults of `sandbox.max-open-sequences` / `sandbox.max-open-streams`): each open sequence
+# can hold a context window of KV state in host memory once swapped out (~7 MB per 1,000 tokens here).
+MAX_OPEN_SEQUENCES = 64
+MAX_OPEN_STREAMS = 64
+# Default of `sandbox.max-sequence-mb`: host memory one run's sequences may hold (their swapped-out KV state).
+MAX_SEQUENCE_MB = 512
+# Default of `models.NAME.max-swapped-mb`: host memory for swapped-out sequences' KV state, per model.
+MAX_SWAPPED_MB = 2048
+# Texts per `generate-embeddings` call (OpenAI's limit); each is also bounded by the context window.
+MAX_EMBEDDING_TEXTS = 2048
+# Beam search: beams kept per step, tokens per beam, the length-normalisation exponent.
+MAX_BEAM_WIDTH = 16
+MAX_BEAM_TOKENS = 4096
+MAX_LENGTH_PENALTY = 10.0
+# Continuations per `sequence.score` call (each is a fork decoded beside the others).
+MAX_SCORE_CONTINUATIONS = 256
+U32_MAX = 2**32 - 1
+U64_MAX = 2**64 - 1
+
+
+# --- `llmhost serve` ---------------------------------------------------------------------------------------
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
 # Requests whose guests run at once (one thread each); more wait in arrival order. Each running guest holds one

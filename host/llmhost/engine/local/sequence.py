@@ -11,14 +11,16 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..types import BeamParams, InferenceResult, InferencingParams, InvalidInput
-from . import search
-from .base import TokenSequence, collect
-from .scheduler import LlamaGeneration
-from .sequence_state import SeqState, attribute_text
+from llmhost.domain.errors import InvalidInput
+from llmhost.domain.types import BeamParams, InferenceResult, InferencingParams
+from llmhost.engine.base import TokenSequence, collect
+from llmhost.engine.local import search
+from llmhost.engine.local.scheduler import LlamaGeneration
+from llmhost.engine.local.sequence_state import SeqState
+from llmhost.engine.text import attribute_text
 
 if TYPE_CHECKING:
-    from .model import EngineModel as LlamaModel
+    from llmhost.engine.local.model import EngineModel as LlamaModel
 
 
 class LlamaSequence:

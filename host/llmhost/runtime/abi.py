@@ -28,8 +28,10 @@ from wasmtime.component import (
     VariantType,
 )
 
-from . import policy
-from .types import (
+from llmhost.domain.errors import InvalidInput, LlmError
+from llmhost.domain.limits import U32_MAX
+from llmhost.domain.types import (
+    DEFAULT_PARAMS,
     BeamParams,
     ChatEvent,
     ChatMessage,
@@ -40,8 +42,6 @@ from .types import (
     EmbeddingsResult,
     InferenceResult,
     InferencingParams,
-    InvalidInput,
-    LlmError,
     LogitBias,
     ModelInfo,
     StreamChunk,
@@ -54,6 +54,7 @@ from .types import (
     ToolChoice,
     Usage,
 )
+from llmhost.runtime.host_funcs import add_func
 
 _log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ def params_from_wit(record: Any | None) -> InferencingParams:
     params are checked (`InferencingParams` validates when constructed).
     """
     if record is None:
-        return policy.DEFAULT_PARAMS
+        return DEFAULT_PARAMS
     values = {attr: getattr(record, wit_name) for wit_name, attr in _PARAM_FIELDS.items()}
     for wit_name, attr in _PARAM_FIELDS_0_2.items():
         value = getattr(record, wit_name, _MISSING)
@@ -164,7 +165,7 @@ def _record(fields: Mapping[str, Any]) -> Record:
 def _u32(value: int, what: str) -> int:
     # An out-of-range integer would fail inside wasmtime's lowering, after our error handling, and trap the
     # guest; checking here turns an engine bug into a `runtime-error` instead.
-    if not 0 <= value <= policy.U32_MAX:
+    if not 0 <= value <= U32_MAX:
         raise ValueError(f"{what} {value} does not fit in a u32")
     return value
 
@@ -350,6 +351,29 @@ def imported_functions(component: Component, engine: Engine, interface: str) -> 
     return {name: item.ty for name, item in exports.items() if isinstance(item.ty, FuncType)}
 
 
+# A function of an interface: the domain function (`fn(store, *wit_args)`) and how its result becomes WIT.
+Binding = tuple[Callable[..., Any], Callable[[Any], Any]]
+
+
+def define_functions(
+    instance: Any,
+    imported: Mapping[str, Any],
+    fallible: Mapping[str, Binding],
+    plain: Mapping[str, Callable[..., Any]] | None = None,
+) -> None:
+    """Register, typed by the component's own imports, each imported function found in `fallible` (wrapped by
+    `guarded`: its `LlmError`s become the WIT `err` value) or in `plain` (functions with no error case, which
+    must not raise). A function the component imports but the host does not know is left undefined:
+    instantiation then fails with wasmtime's message naming it."""
+    for name, func_type in imported.items():
+        if name in fallible:
+            function, to_wit = fallible[name]
+            encoder = ResultEncoder.from_wit(func_type.result)
+            add_func(instance, name, guarded(function, to_wit, encoder, with_store=True), func_type)
+        elif plain is not None and name in plain:
+            add_func(instance, name, plain[name], func_type)
+
+
 def guarded(
     function: Callable[..., Any], to_wit: Callable[[Any], Any], encoder: ResultEncoder, *, with_store: bool = False
 ) -> Callable[..., Any]:
@@ -487,7 +511,7 @@ def chat_event_to_wit(event: ChatEvent | None) -> Variant | None:
 
 
 def beam_params_from_wit(value: Any) -> BeamParams:
-    """Validated (`policy.check_beam_params`): raises `InvalidInput` naming the field."""
+    """Validated (`check_beam_params`): raises `InvalidInput` naming the field."""
     return BeamParams(
         width=int(value.width),
         max_tokens=int(getattr(value, "max-tokens")),

@@ -16,13 +16,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import ModelConfig
-from ..types import EmbeddingsResult, EngineError, InferencingParams, InvalidInput
-from .decoder import BatchRow
+from llmhost.config import ModelConfig
+from llmhost.domain.errors import EngineError, InvalidInput
+from llmhost.domain.types import EmbeddingsResult, InferencingParams
+from llmhost.engine.local.decoder import BatchRow
 
 if TYPE_CHECKING:
-    from ..chat.template import TemplateInfo
-from .sampling import build_sampler
+    from llmhost.engine.chat_template import TemplateInfo
+from llmhost.engine.local.sampling import build_sampler
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ class LlamaVocabCalls:
         return bytes(buf.raw[:n]).decode("utf-8", "replace")
 
     def chat_template(self) -> TemplateInfo:
-        from ..chat.template import TemplateInfo
+        from llmhost.engine.chat_template import TemplateInfo
 
         lib, vocab = self.lib, self.vocab
         eot = int(lib.llama_vocab_eot(vocab))
@@ -236,7 +237,7 @@ class LlamaDecoder(LlamaVocabCalls):
 
     # --- llama.cpp-only extras: embeddings and the vocabulary for structured output -----------------------
     def constraint_compiler(self) -> Any:
-        from .constraints import ConstraintCompiler
+        from llmhost.engine.local.constraints import ConstraintCompiler
 
         return ConstraintCompiler.from_llama_vocab(self.lib, self.vocab, self.n_vocab)
 

@@ -16,8 +16,8 @@ import warnings
 from collections import OrderedDict
 from typing import Any
 
-from .. import policy
-from ..types import Constraint, InvalidInput
+from llmhost.domain.errors import InvalidInput
+from llmhost.domain.types import Constraint, check_constraint
 
 # Compiled (validated, matcher built) grammars kept per model, by their text: a repeated schema costs a copy.
 GRAMMAR_CACHE_SIZE = 64
@@ -119,7 +119,7 @@ class ConstraintCompiler:
 
     def start(self, constraint: Constraint) -> LlgConstraint:
         """A fresh matcher for `constraint`; raises `InvalidInput` (the parser's message) when it is invalid."""
-        policy.check_constraint(constraint)
+        check_constraint(constraint)
         key = (constraint.kind, constraint.text if constraint.kind != "choice" else json.dumps(constraint.options))
         with self._lock:
             compiled = self._cache.get(key)

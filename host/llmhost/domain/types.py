@@ -1,0 +1,389 @@
+"""Typed domain values shared by the engine, the host interfaces, the Python API and the CLI.
+
+Nothing here knows about wasmtime or llama.cpp: `abi` converts these to and from WIT values.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from llmhost.domain.errors import InvalidInput
+from llmhost.domain.limits import (
+    MAX_ABS_LOGIT_BIAS,
+    MAX_ABS_PENALTY,
+    MAX_BEAM_TOKENS,
+    MAX_BEAM_WIDTH,
+    MAX_CHOICES,
+    MAX_CONSTRAINT_BYTES,
+    MAX_EMBEDDING_TEXTS,
+    MAX_LENGTH_PENALTY,
+    MAX_LOGIT_BIAS_ENTRIES,
+    MAX_SCORE_CONTINUATIONS,
+    MAX_STOP_LENGTH,
+    MAX_STOP_SEQUENCES,
+    MAX_TOP_LOGPROBS,
+    U32_MAX,
+    U64_MAX,
+)
+
+
+class FinishReason(StrEnum):
+    STOP = "stop"
+    LENGTH = "length"
+    CONTENT_FILTER = "content-filter"
+    TOOL_CALLS = "tool-calls"
+
+
+ConstraintKind = Literal["json-schema", "json-object", "regex", "grammar", "choice"]
+
+
+class Constraint(BaseModel):
+    """The WIT variant `constraint`: `text` is the schema, regex or grammar; `options` the choices."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: ConstraintKind
+    text: str = ""
+    options: tuple[str, ...] = ()
+
+    @classmethod
+    def json_schema(cls, schema: str) -> Constraint:
+        return cls(kind="json-schema", text=schema)
+
+    @classmethod
+    def json_object(cls) -> Constraint:
+        return cls(kind="json-object")
+
+    @classmethod
+    def regex(cls, pattern: str) -> Constraint:
+        return cls(kind="regex", text=pattern)
+
+    @classmethod
+    def grammar(cls, grammar: str) -> Constraint:
+        return cls(kind="grammar", text=grammar)
+
+    @classmethod
+    def choice(cls, options: tuple[str, ...] | list[str]) -> Constraint:
+        return cls(kind="choice", options=tuple(options))
+
+
+class LogitBias(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    token_id: int
+    bias: float
+
+
+class InferencingParams(BaseModel):
+    """Sampling and stopping parameters (the WIT record `inferencing-params`; defaults are `limits`' and Spin's).
+
+    Validated when constructed (`check_params`): every path (guest calls through `abi`, the Python API,
+    the CLI) gets the same checks and messages, and the engine only ever sees valid params. Bad values raise
+    `InvalidInput` naming the field and its range.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    max_tokens: int | None = 100
+    repeat_penalty: float = 1.1
+    repeat_penalty_last_n_token_count: int = 64
+    stop: tuple[str, ...] = ()
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.9
+    seed: int | None = None
+    constraint: Constraint | None = None
+    logprobs: int | None = None
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    logit_bias: tuple[LogitBias, ...] = ()
+
+    @model_validator(mode="after")
+    def _check(self) -> InferencingParams:
+        check_params(self)
+        return self
+
+
+class TopLogprob(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    token_id: int
+    bytes: bytes
+    logprob: float
+
+
+class TokenLogprob(BaseModel):
+    """A sampled token's log-probability under the raw model distribution, with the top alternatives."""
+
+    model_config = ConfigDict(frozen=True)
+
+    token_id: int
+    bytes: bytes
+    logprob: float
+    top: tuple[TopLogprob, ...] = ()
+
+
+class Usage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    prompt_token_count: int
+    generated_token_count: int
+
+
+class InferenceResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    finish_reason: FinishReason
+    text: str
+    usage: Usage
+    logprobs: tuple[TokenLogprob, ...] = ()
+
+
+class StreamChunk(BaseModel):
+    """New text since the previous chunk, the tokens it came from, and the running usage."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    token_ids: tuple[int, ...]
+    usage: Usage
+    logprobs: tuple[TokenLogprob, ...] = ()  # parallel to token_ids when logprobs were requested
+
+
+class StreamDone(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    finish_reason: FinishReason
+    usage: Usage
+
+
+StreamEvent = StreamChunk | StreamDone
+
+
+class ModelInfo(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    context_length: int
+    vocab_size: int
+
+
+class EmbeddingsResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    embeddings: list[list[float]] = Field(default_factory=list)
+    prompt_token_count: int = 0
+
+
+class BeamParams(BaseModel):
+    """WIT `beam-params` (validated when constructed: `check_beam_params`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    width: int = 4
+    max_tokens: int = 32
+    stop: tuple[str, ...] = ()
+    length_penalty: float = 0.0
+
+    @model_validator(mode="after")
+    def _check(self) -> BeamParams:
+        check_beam_params(self)
+        return self
+
+
+# -- chat (WIT `chat`, `chat-stream`, `apply-chat-template`) ---------------------------------------------------
+
+
+class ChatRole(StrEnum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    arguments: str  # a JSON object, as text
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    role: ChatRole
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str | None = None
+    parameters: str = '{"type": "object"}'  # a JSON Schema, as text
+
+
+class ToolChoice(BaseModel):
+    """`auto`, `none`, `required`, or `named` with `name`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["auto", "none", "required", "named"] = "auto"
+    name: str | None = None
+
+
+class ChatParams(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    inferencing: InferencingParams = Field(default_factory=InferencingParams)
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice = Field(default_factory=ToolChoice)
+
+
+class ChatResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    message: ChatMessage
+    finish_reason: FinishReason
+    usage: Usage
+    logprobs: tuple[TokenLogprob, ...] = ()
+
+
+class ToolCallDelta(BaseModel):
+    """A piece of a streamed tool call: the first of a call has `id` and `name`; `arguments` pieces join up."""
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+ChatEvent = StreamChunk | ToolCallDelta | StreamDone
+
+
+# --- validation: the checks `InferencingParams` and `BeamParams` run when constructed, and the others --------
+
+
+def check_params(params: InferencingParams) -> None:
+    """Check every field; raise `InvalidInput` naming the field and its allowed range (NaN and inf included).
+
+    Called when `InferencingParams` is constructed, so every path validates alike. Bounds that depend on the
+    model (the repeat window is clamped to the context length) are applied by the engine.
+    """
+    if params.max_tokens is not None and not 1 <= params.max_tokens <= U32_MAX:
+        raise InvalidInput(f"max-tokens must be at least 1 (or none for no limit), got {params.max_tokens}")
+    if not 0 <= params.temperature < math.inf:  # also rejects NaN
+        raise InvalidInput(f"temperature must be >= 0 and finite (0 is greedy), got {params.temperature}")
+    if not 0 < params.top_p <= 1:
+        raise InvalidInput(f"top-p must be in (0, 1], got {params.top_p}")
+    if not 0 < params.repeat_penalty < math.inf:
+        raise InvalidInput(f"repeat-penalty must be > 0 and finite (1.0 disables it), got {params.repeat_penalty}")
+    if not 0 <= params.top_k <= U32_MAX:
+        raise InvalidInput(f"top-k must be >= 0 (0 disables it), got {params.top_k}")
+    if not 0 <= params.repeat_penalty_last_n_token_count <= U32_MAX:
+        raise InvalidInput(
+            f"repeat-penalty-last-n-token-count must be >= 0, got {params.repeat_penalty_last_n_token_count}"
+        )
+    if params.seed is not None and not 0 <= params.seed <= U64_MAX:
+        raise InvalidInput(f"seed must be a u64, got {params.seed}")
+    for name in ("frequency_penalty", "presence_penalty"):
+        value = getattr(params, name)
+        if not -MAX_ABS_PENALTY <= value <= MAX_ABS_PENALTY:
+            raise InvalidInput(
+                f"{name.replace('_', '-')} must be in [-{MAX_ABS_PENALTY}, {MAX_ABS_PENALTY}] (0 disables it), "
+                f"got {value}"
+            )
+    if params.logprobs is not None and not 0 <= params.logprobs <= MAX_TOP_LOGPROBS:
+        raise InvalidInput(
+            f"logprobs must be 0 (the sampled token only) to {MAX_TOP_LOGPROBS} alternatives, got {params.logprobs}"
+        )
+    check_stops(params.stop)
+    if len(params.logit_bias) > MAX_LOGIT_BIAS_ENTRIES:
+        raise InvalidInput(
+            f"logit-bias has {len(params.logit_bias)} entries; at most {MAX_LOGIT_BIAS_ENTRIES} are allowed"
+        )
+    for i, entry in enumerate(params.logit_bias):
+        if not -MAX_ABS_LOGIT_BIAS <= entry.bias <= MAX_ABS_LOGIT_BIAS:
+            raise InvalidInput(
+                f"logit-bias[{i}].bias must be in [-{MAX_ABS_LOGIT_BIAS}, {MAX_ABS_LOGIT_BIAS}], got {entry.bias}"
+            )
+        if not 0 <= entry.token_id <= U32_MAX:
+            raise InvalidInput(f"logit-bias[{i}].token-id must be a u32, got {entry.token_id}")
+    if params.constraint is not None:
+        check_constraint(params.constraint)
+
+
+def check_stops(stop: tuple[str, ...]) -> None:
+    if len(stop) > MAX_STOP_SEQUENCES:
+        raise InvalidInput(f"stop has {len(stop)} entries; at most {MAX_STOP_SEQUENCES} are allowed")
+    for i, s in enumerate(stop):
+        if s == "":
+            raise InvalidInput(
+                f"stop[{i}] is an empty string; stop sequences must be 1 to {MAX_STOP_LENGTH} characters"
+            )
+        if len(s) > MAX_STOP_LENGTH:
+            raise InvalidInput(f"stop[{i}] has {len(s)} characters; at most {MAX_STOP_LENGTH} are allowed")
+
+
+def check_beam_params(params: BeamParams) -> None:
+    """Called when `BeamParams` is constructed, like `check_params`."""
+    if not 1 <= params.width <= MAX_BEAM_WIDTH:
+        raise InvalidInput(f"width must be 1 to {MAX_BEAM_WIDTH}, got {params.width}")
+    if not 1 <= params.max_tokens <= MAX_BEAM_TOKENS:
+        raise InvalidInput(f"max-tokens must be 1 to {MAX_BEAM_TOKENS}, got {params.max_tokens}")
+    if not 0 <= params.length_penalty <= MAX_LENGTH_PENALTY:  # also rejects NaN
+        raise InvalidInput(
+            f"length-penalty must be in [0, {MAX_LENGTH_PENALTY}] (0: none), got {params.length_penalty}"
+        )
+    check_stops(params.stop)
+
+
+def check_continuations(continuations: list[str]) -> None:
+    if len(continuations) > MAX_SCORE_CONTINUATIONS:
+        raise InvalidInput(f"score got {len(continuations)} continuations; at most {MAX_SCORE_CONTINUATIONS} per call")
+
+
+def check_constraint(constraint: Constraint) -> None:
+    """The model-independent checks of a constraint (the parser's own checks run when the engine compiles it)."""
+    if constraint.kind == "choice":
+        if not constraint.options:
+            raise InvalidInput("constraint choice needs at least one option, got an empty list")
+        if len(constraint.options) > MAX_CHOICES:
+            raise InvalidInput(f"constraint choice has {len(constraint.options)} options; at most {MAX_CHOICES}")
+        for i, option in enumerate(constraint.options):
+            if option == "":
+                raise InvalidInput(f"constraint choice[{i}] is an empty string; options must not be empty")
+        size = sum(len(o.encode()) for o in constraint.options)
+    else:
+        size = len(constraint.text.encode())
+        if constraint.kind != "json-object" and not constraint.text.strip():
+            raise InvalidInput(f"constraint {constraint.kind} is empty")
+    if size > MAX_CONSTRAINT_BYTES:
+        raise InvalidInput(f"constraint {constraint.kind} is {size} bytes; at most {MAX_CONSTRAINT_BYTES} are allowed")
+
+
+def check_embedding_texts(texts: list[str]) -> None:
+    if len(texts) > MAX_EMBEDDING_TEXTS:
+        raise InvalidInput(f"generate-embeddings got {len(texts)} texts; at most {MAX_EMBEDDING_TEXTS} per call")
+
+
+# Spin's defaults for `params: none` (see the WIT doc of `inferencing-params`).
+DEFAULT_PARAMS = InferencingParams()
+
+
+def check_prompt_fits(prompt_tokens: int, context_length: int) -> None:
+    # At least one token must still fit after the prompt, or nothing can be generated.
+    if prompt_tokens >= context_length:
+        raise InvalidInput(
+            f"prompt is {prompt_tokens} tokens but the context window is {context_length} tokens "
+            "(prompt must be shorter; raise the model's `context-length` in the config or shorten the prompt)"
+        )

@@ -1,0 +1,1 @@
+"""The llama.cpp backend: a decoder behind a protocol, slots that never wait, pure planning, one scheduler loop."""

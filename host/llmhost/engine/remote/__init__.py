@@ -1,0 +1,1 @@
+"""The remote backend (`backend = "openai"`): models served by OpenAI-compatible servers."""

@@ -1,0 +1,267 @@
+"""One remote model's HTTP side: the official client, its servers in turn, retries with backoff, the bounded
+requests in flight."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from llmhost.config import ModelConfig
+from llmhost.domain.errors import EngineError, InvalidInput
+from llmhost.domain.limits import DEFAULT_MODEL, SLOT_WAIT_TIMEOUT_S
+from llmhost.domain.types import (
+    InferencingParams,
+)
+from llmhost.engine.remote.servers import SERVERS, constraint_fields
+from llmhost.engine.text import attribute_text
+
+if TYPE_CHECKING:
+    from llmhost.engine.local.vocab import LlamaVocab
+
+log = logging.getLogger(__name__)
+
+_RETRY_STATUS = frozenset({429, 502, 503, 504})  # overloaded or restarting: worth another try (elsewhere)
+_MAX_BACKOFF_S = 2.0
+
+
+class RemoteModel:
+    """One configured remote model: its clients (one per base URL), its tokenizer and its in-flight bound."""
+
+    def __init__(self, name: str, config: ModelConfig, cache_dir: Path) -> None:
+        import openai
+
+        self.name = name
+        self.config = config
+        self.kind = SERVERS[config.server]
+        self.remote_name = config.remote_model or name
+        self.token_prompts = self.kind.token_prompts if config.token_prompts is None else config.token_prompts
+        self.urls = [u.rstrip("/") for u in config.base_urls]
+        key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
+        if config.api_key_env and not key:
+            log.warning("models.%s.api-key-env names %s, which is not set", name, config.api_key_env)
+        timeout = openai.Timeout(config.read_timeout_s, connect=config.connect_timeout_s)
+        # Retries are ours (on the next base URL, with our backoff): the client's own are off.
+        self.clients = [
+            openai.OpenAI(base_url=url, api_key=key or "none", timeout=timeout, max_retries=0) for url in self.urls
+        ]
+        self._key = key  # sent as a bearer token by the clients; never logged or put in a message
+        self._next = itertools.count()
+        self._inflight = threading.BoundedSemaphore(config.slots)
+        self.cache_dir = cache_dir
+        self._vocab: LlamaVocab | None = None
+        self._vocab_lock = threading.Lock()
+        self._http: Any = None
+
+    # --- requests ----------------------------------------------------------------------------------------
+    def acquire(self) -> None:
+        if not self._inflight.acquire(timeout=SLOT_WAIT_TIMEOUT_S):
+            raise EngineError(
+                f"model {self.name!r} had {self.config.slots} requests in flight for "
+                f"{SLOT_WAIT_TIMEOUT_S:.0f} s (raise `models.{self.name}.slots`)"
+            )
+
+    def release(self) -> None:
+        self._inflight.release()
+
+    def call(self, what: str, request: Callable[[Any], Any]) -> tuple[str, Any]:
+        """Run `request(client)` against the base URLs: round-robin start; 429/5xx-busy retried with backoff on
+        the next URL; a refused connection tried once per URL. Returns (url, response)."""
+        import openai
+
+        start = next(self._next)
+        n = len(self.clients)
+        unreachable: set[int] = set()
+        attempt = 0
+        while True:
+            index = (start + attempt) % n
+            url = self.urls[index]
+            try:
+                return url, request(self.clients[index])
+            except openai.APIStatusError as e:
+                if e.status_code in _RETRY_STATUS and attempt < self.config.retries:
+                    time.sleep(_backoff(attempt, e.response.headers.get("retry-after")))
+                    attempt += 1
+                    continue
+                detail = _error_detail(e)
+                if e.status_code in _RETRY_STATUS:
+                    raise EngineError(
+                        f"{url} answered {e.status_code} to {what} after {attempt + 1} attempts: {detail} "
+                        f"(raise `models.{self.name}.retries` or add servers to `models.{self.name}.base-urls`)"
+                    ) from None
+                if e.status_code in (401, 403):
+                    env = self.config.api_key_env
+                    hint = f"the key in ${env}" if env else f"no key: set `models.{self.name}.api-key-env`"
+                    raise EngineError(f"{url} refused {what} ({e.status_code}, {hint})") from None
+                if 400 <= e.status_code < 500:
+                    raise InvalidInput(f"{url} refused {what} ({e.status_code}): {detail}") from None
+                raise EngineError(f"{url} failed {what} ({e.status_code}): {detail}") from None
+            except openai.APIConnectionError as e:
+                unreachable.add(index)
+                if len(unreachable) < n and attempt < self.config.retries + n:
+                    attempt += 1
+                    continue
+                why = "timed out" if isinstance(e, openai.APITimeoutError) else f"{_cause(e)}"
+                raise EngineError(
+                    f"cannot reach the server for model {self.name!r} at {url}: {why} "
+                    f"(check `models.{self.name}.base-urls`)"
+                ) from None
+
+    def post_json(self, path: str, body: dict[str, Any]) -> Any:
+        """POST to an endpoint outside /v1 (tokenize), with the same timeouts and key."""
+        import httpx
+
+        with self._vocab_lock:
+            if self._http is None:
+                headers = {"authorization": f"Bearer {self._key}"} if self._key else {}
+                timeout = httpx.Timeout(self.config.read_timeout_s, connect=self.config.connect_timeout_s)
+                self._http = httpx.Client(timeout=timeout, headers=headers)
+            http = self._http
+        index = next(self._next) % len(self.urls)
+        root = self.urls[index].removesuffix("/v1")
+        try:
+            response = http.post(root + path, json=body)
+        except httpx.HTTPError as e:
+            raise EngineError(
+                f"cannot reach the server for model {self.name!r} at {root}{path}: {e} "
+                f"(check `models.{self.name}.base-urls`)"
+            ) from None
+        if response.status_code != 200:
+            raise EngineError(f"{root}{path} answered {response.status_code}: {response.text[:300]}")
+        return response.json()
+
+    # --- vocabulary --------------------------------------------------------------------------------------
+    def vocab(self) -> LlamaVocab | None:
+        """The model file's vocabulary, loaded here when the file is known (`path`, or the embedded default)."""
+        if self.config.path is None and self.name != DEFAULT_MODEL:
+            return None
+        with self._vocab_lock:
+            if self._vocab is None:
+                from llmhost.engine.local.models import resolve_model_path
+                from llmhost.engine.local.vocab import LlamaVocab
+
+                self._vocab = LlamaVocab(resolve_model_path(self.name, self.config, self.cache_dir), self.name)
+            return self._vocab
+
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        vocab = self.vocab()
+        if vocab is not None:
+            return vocab.tokenize(text, add_special)
+        if self.kind.tokenize_path is None:
+            raise InvalidInput(
+                f"model {self.name!r} runs on a {self.config.server} server, which has no tokenize endpoint: set "
+                f"`models.{self.name}.path` to the model's GGUF file to tokenize here"
+            )
+        body: dict[str, Any] = {self.kind.tokenize_field: text}
+        if self.config.server == "vllm":
+            body.update(model=self.remote_name, add_special_tokens=add_special)
+        elif self.config.server == "llama-cpp-server":
+            body.update(add_special=add_special, parse_special=True)
+        tokens = self.post_json(self.kind.tokenize_path, body).get("tokens")
+        if not isinstance(tokens, list):
+            raise EngineError(f"the tokenize endpoint of model {self.name!r} returned no token list")
+        if self.config.server == "llama-cpp-python" and not add_special and tokens[:1] == self.tokenize("")[:1]:
+            tokens = tokens[1:]  # its endpoint always adds the beginning-of-sequence token
+        return [int(t) for t in tokens]
+
+    def texts_of(self, tokens: list[int], text: str) -> list[str]:
+        """The text each token stands for (exact with a local vocabulary; else all of it on the last token)."""
+        vocab = self.vocab()
+        if vocab is None:
+            return attribute_text([b""] * len(tokens), text) if tokens else []
+        return attribute_text([vocab.piece(t) for t in tokens], text)
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+        if self._http is not None:
+            self._http.close()
+        if self._vocab is not None:
+            self._vocab.close()
+
+    # --- generation --------------------------------------------------------------------------------------
+    def request_body(self, prompt: str | list[int], prompt_tokens: int, params: InferencingParams) -> dict[str, Any]:
+        """The completions request for `params`; `invalid-input` naming what this server cannot do."""
+        kind, server = self.kind, self.config.server
+        if params.logprobs is not None:
+            raise InvalidInput(
+                f"logprobs are not available for model {self.name!r} (backend openai): OpenAI-compatible "
+                "completions report token strings, not the token ids the WIT returns"
+            )
+        constraint = params.constraint
+        if constraint is not None and constraint.kind not in kind.constraints:
+            raise InvalidInput(
+                f"model {self.name!r} runs on a {server} server, which cannot enforce a {constraint.kind} constraint "
+                f"(set `models.{self.name}.server` if it is another kind of server)"
+            )
+        lark = constraint is not None and constraint.kind == "grammar" and constraint.text.lstrip().startswith("%llg")
+        if lark and server != "vllm":
+            # Lark grammars are llguidance's; these servers parse GBNF / EBNF and would fail mid-stream.
+            raise InvalidInput(
+                f"model {self.name!r} runs on a {server} server, which takes GBNF/EBNF grammars, not a "
+                "%llguidance (Lark) grammar such as chat tool calls use (use a vllm server with the guidance "
+                "backend, or a local model)"
+            )
+        max_tokens = params.max_tokens
+        room = self.config.context_length - prompt_tokens
+        # No limit means "until the context is full", as locally: say so, since servers default to 16 or so.
+        max_tokens = room if max_tokens is None else min(max_tokens, room)
+        body: dict[str, Any] = {
+            "model": self.remote_name,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if params.seed is not None:
+            body["seed"] = params.seed
+        if params.frequency_penalty:
+            body["frequency_penalty"] = params.frequency_penalty
+        if params.presence_penalty:
+            body["presence_penalty"] = params.presence_penalty
+        if params.logit_bias:
+            body["logit_bias"] = {str(b.token_id): b.bias for b in params.logit_bias}
+        extra: dict[str, Any] = {}
+        if kind.top_k:
+            extra["top_k"] = params.top_k
+        if kind.min_p:
+            extra["min_p"] = 0.0
+        if kind.repeat_field is not None:
+            extra[kind.repeat_field] = params.repeat_penalty
+            if server in ("llama-cpp-server",):
+                extra["repeat_last_n"] = params.repeat_penalty_last_n_token_count
+        if constraint is not None:
+            extra.update(constraint_fields(server, constraint))
+        body["extra_body"] = extra
+        return body
+
+
+def _backoff(attempt: int, retry_after: str | None) -> float:
+    try:
+        if retry_after is not None:
+            return min(float(retry_after), _MAX_BACKOFF_S)
+    except ValueError:
+        pass
+    return min(_MAX_BACKOFF_S, 0.05 * 2**attempt) * (0.5 + random.random() / 2)
+
+
+def _error_detail(e: Any) -> str:
+    body = getattr(e, "body", None)
+    if isinstance(body, dict):
+        message = body.get("message") or body.get("detail") or body
+        return str(message)[:300]
+    return str(getattr(e, "message", e))[:300]
+
+
+def _cause(e: BaseException) -> str:
+    while e.__cause__ is not None:
+        e = e.__cause__
+    return str(e) or type(e).__name__
