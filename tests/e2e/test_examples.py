@@ -173,10 +173,10 @@ def test_beam_search_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: 
     program = [re.escape(prompt.rstrip("\n")), r"1\.[^\n]*", r"2\.[^\n]*", r"3\.[^\n]*"]
     header = r"== {}: joint log-likelihood (-\d+\.\d{{3}})"
     lines = [header.format("greedy"), *program, header.format(f"beam width {width}"), *program]
-    matches = readme.assert_shape(run.stdout, expected, lines)
-    greedy, beam = float(matches[0].group(1)), float(matches[len(program) + 1].group(1))
-    assert beam >= greedy
-    # The same search through the Python API on this machine writes the same programs with the same scores.
+    readme.assert_shape(run.stdout, expected, lines)
+    # Which of the two scores higher is not fixed: a beam may prune the greedy path, and the scores move with the
+    # CPU's rounding (on an AVX2 machine the greedy program scored higher). What holds on any machine: the same
+    # search through the Python API on this machine writes the same programs with the same scores.
     printed = run.stdout.split("== ")[1:]
     for section, size in zip(printed, (1, width), strict=True):
         text, total = _search(real_host, prompt, size)

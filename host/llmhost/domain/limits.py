@@ -9,8 +9,9 @@ DEFAULT_MODEL = "gemma-3-270m"
 DEFAULT_CONTEXT_LENGTH = 4096
 DEFAULT_THREADS = 2
 DEFAULT_BATCH_SIZE = 512
-# How long a generation waits for a free sequence slot of its model before giving up with `runtime-error`.
-SLOT_WAIT_TIMEOUT_S = 300.0
+# How long work waits at the head of its model's admission queue (for a sequence slot, or a request in flight of a
+# remote model) before giving up with `runtime-error` naming `models.NAME.slots`.
+ADMISSION_TIMEOUT_S = 300.0
 MAX_STOP_SEQUENCES = 16
 MAX_STOP_LENGTH = 256
 # `logprobs: some(k)`: at most this many alternatives per token (OpenAI's limit too).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from llmhost.domain.errors import EngineError
@@ -20,6 +21,27 @@ from llmhost.domain.types import (
 
 if TYPE_CHECKING:
     from llmhost.engine.chat_template import TemplateInfo
+
+
+def _unbounded_check() -> None:
+    return None
+
+
+def _unbounded_spend(count: int) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What bounds work that is not a generation (score, beam search), as a generation is bounded: `check()`
+    raises once the run is cancelled or past its deadline (looked at between decode steps and while waiting for a
+    slot); `spend(n)` counts n evaluated tokens into the run's token budget and raises when they do not fit."""
+
+    check: Callable[[], None] = _unbounded_check
+    spend: Callable[[int], None] = _unbounded_spend
+
+
+UNBOUNDED = Bounds()
 
 
 @runtime_checkable
@@ -60,15 +82,12 @@ class TokenSequence(Protocol):
 
     def fork(self) -> TokenSequence: ...
 
-    def score(self, continuations: list[str]) -> list[float]:
+    def score(self, continuations: list[str], bounds: Bounds = UNBOUNDED) -> list[float]:
         """The log-likelihood of each continuation given the sequence (which is left unchanged)."""
         ...
 
-    def beam_search(
-        self, params: BeamParams, check: Callable[[], None] | None = None
-    ) -> list[tuple[TokenSequence, float]]:
-        """Beam search from the sequence: new sequences with their scores, best first. `check` runs between
-        steps and may raise to stop the search (a cancelled run)."""
+    def beam_search(self, params: BeamParams, bounds: Bounds = UNBOUNDED) -> list[tuple[TokenSequence, float]]:
+        """Beam search from the sequence: new sequences with their scores, best first."""
         ...
 
     def host_bytes(self) -> int:

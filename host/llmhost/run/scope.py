@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from llmhost.domain.errors import EngineError, InvalidInput
 from llmhost.domain.types import InferencingParams, StreamDone, StreamEvent
+from llmhost.engine.base import UNBOUNDED, Bounds
 
 if TYPE_CHECKING:
     from llmhost.domain.types import BeamParams, InferenceResult
@@ -154,6 +155,23 @@ class RunScope:
     def add_tokens(self, count: int) -> None:
         with self._lock:
             self._tokens += count
+
+    def spend(self, count: int) -> None:
+        """Count `count` evaluated tokens (a score's continuations, a beam step) into the budget, once the run is
+        not cancelled; `InvalidInput` naming the budget's key when they do not fit (nothing is counted then)."""
+        self.check()
+        with self._lock:
+            if self.budget is not None and self._tokens + count > self.budget.limit:
+                left = max(0, self.budget.limit - self._tokens)
+                raise InvalidInput(
+                    f"this needs {count} more tokens but the request has {left} of its {self.budget.limit} left "
+                    f"({self.budget.key})"
+                )
+            self._tokens += count
+
+    def bounds(self) -> Bounds:
+        """What bounds this run's searches (cancellation, deadline, token budget)."""
+        return Bounds(self.check, self.spend)
 
     def attach(self, generation: Any) -> None:
         with self._lock:
@@ -302,16 +320,16 @@ class ScopedSequence:
         self._scope.check()
         return ScopedSequence(self._inner.fork(), self._scope)
 
-    def beam_search(
-        self, params: BeamParams, check: Callable[[], None] | None = None
-    ) -> list[tuple[TokenSequence, float]]:
-        # Every beam's tokens count against the run's budget, like a generation's.
+    def beam_search(self, params: BeamParams, bounds: Bounds = UNBOUNDED) -> list[tuple[TokenSequence, float]]:
+        # No beam may outgrow what is left of the budget, and every token a step evaluates is counted into it.
         budget = self._scope.clamp(InferencingParams(max_tokens=params.max_tokens)).max_tokens or params.max_tokens
         if budget < params.max_tokens:
             params = params.model_copy(update={"max_tokens": budget})
-        beams = self._inner.beam_search(params, self._scope.check)
-        self._scope.add_tokens(sum(max(0, len(beam) - len(self._inner)) for beam, _ in beams))
+        beams = self._inner.beam_search(params, self._scope.bounds())
         return [(ScopedSequence(beam, self._scope), score) for beam, score in beams]
+
+    def score(self, continuations: list[str], bounds: Bounds = UNBOUNDED) -> list[float]:
+        return self._inner.score(continuations, self._scope.bounds())
 
     def __len__(self) -> int:
         return len(self._inner)

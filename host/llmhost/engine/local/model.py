@@ -24,6 +24,7 @@ from llmhost.domain.types import (
     TopLogprob,
     check_embedding_texts,
 )
+from llmhost.engine.admission import AdmissionQueue
 from llmhost.engine.local.constraint_mask import TokenConstraint
 from llmhost.engine.local.decoder import BatchRow, Decoder
 from llmhost.engine.local.scheduler import Row, Scheduler
@@ -46,8 +47,13 @@ class EngineModel:
         self.n_batch = decoder.n_batch
         # Decode threads on every core the process may use, and no GPU doing the work (see scheduler.READER_TURN_S)
         self.cpu_bound = config.n_gpu_layers == 0 and config.threads >= len(os.sched_getaffinity(0))
+        # Every kind of work waits for slots (or the embedding context) in this one queue, in arrival order.
+        self.admission = AdmissionQueue(
+            self.lock, f"all {decoder.n_slots} sequence slots of {name}", f"models.{name}.slots"
+        )
         self.scheduler = Scheduler(self)
-        self.slots = SlotPool(decoder, decoder.n_slots, self.lock, name, on_free=self.scheduler.wake)
+        self.slots = SlotPool(decoder, decoder.n_slots, self.lock, name, on_free=self._freed)
+        self._embedding = False  # the embedding context is in use
         self._constraints: Any = None  # the model's ConstraintCompiler, created on first use (llguidance)
         self._constraints_lock = threading.Lock()
         # Tokens run through the model so far (prefill and decode): what generations cost, for tests and stats.
@@ -58,6 +64,15 @@ class EngineModel:
         self.record_decode_threads = False
 
     # --- state -------------------------------------------------------------------------------------------
+    def _freed(self) -> None:
+        """A slot freed up or became evictable: the head of the queue may take it, and the scheduler may step."""
+        self.admission.changed()
+        self.scheduler.wake()
+
+    def attach(self, state: SeqState, kind: str, check: Callable[[], None] | None = None) -> None:
+        """Give `state` a slot, waiting in the admission queue in turn (`check()` may raise to stop waiting)."""
+        self.admission.enter(kind, lambda: self.slots.attach(state), check)
+
     @property
     def free_slots(self) -> int:
         return self.slots.available
@@ -216,7 +231,7 @@ class EngineModel:
     def next_logits(self, state: SeqState) -> list[float]:
         """The model's next-token logits after `state` (for checks that state equals text)."""
         with self.lock:
-            self.slots.attach(state)
+            self.attach(state, "next-logits")
             self.unevaluate_last(state)
             self.evaluate(state, len(state.tokens))
             return [float(x) for x in self.decoder.logits(-1)]
@@ -227,7 +242,20 @@ class EngineModel:
         embed = getattr(self.decoder, "embed", None)
         if embed is None:
             raise InvalidInput(f"embeddings are not available for {self.name}")
-        return embed(texts, self.lock, check)
+        with self.lock:  # one embeddings call at a time uses the embedding context, in turn with all other work
+            self.admission.enter("embeddings", self._take_embedding_context, check)
+        try:
+            return embed(texts, self.lock, check)
+        finally:
+            with self.lock:
+                self._embedding = False
+            self.admission.changed()
+
+    def _take_embedding_context(self) -> bool:
+        if self._embedding:
+            return False
+        self._embedding = True
+        return True
 
     def close(self) -> None:
         self.scheduler.stop()  # outside the lock: its last step needs it

@@ -7,7 +7,8 @@ in next() with nothing to read runs the step itself, so a lone stream costs no t
 background thread runs the steps nobody waits for (reading ahead for a reader busy with its last chunk). A
 generation whose reader lags `LOOKAHEAD` events behind is skipped, so an unread stream costs little, and a
 cancelled one stops before the next step. When decoding uses every core, the readers a step woke get their turn
-before the next decode (`READER_TURN_S`). New generations are admitted first come, first served, as slots free up.
+before the next decode (`READER_TURN_S`). New generations wait in the model's admission queue (admission.py)
+with every other kind of work, first come, first served, as slots free up.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from typing import Any, Protocol
 
 from llmhost.config import ModelConfig
 from llmhost.domain.errors import EngineError, LlmError
-from llmhost.domain.limits import SLOT_WAIT_TIMEOUT_S
 from llmhost.domain.types import (
     FinishReason,
     InferencingParams,
@@ -33,13 +33,14 @@ from llmhost.domain.types import (
     TokenLogprob,
     Usage,
 )
+from llmhost.engine.admission import AdmissionQueue, Ticket
 from llmhost.engine.generation import GenerationText, Step
 from llmhost.engine.local.constraint_mask import MaskWorker, TokenConstraint
 from llmhost.engine.local.decoder import Decoder
 from llmhost.engine.local.planning import Pending, plan_step
 from llmhost.engine.local.sampling import penalty_window
 from llmhost.engine.local.sequence_state import SeqState, plan_rewind
-from llmhost.engine.local.slots import SlotPool, slots_busy_error
+from llmhost.engine.local.slots import SlotPool
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ class LlamaModel(Protocol):
     decoder: Decoder
     lock: Any  # the model's RLock: every decoder call runs under it
     slots: SlotPool
+    admission: AdmissionQueue
     scheduler: Scheduler
     n_ctx: int
     n_batch: int
@@ -122,7 +124,7 @@ class LlamaGeneration:
         self.text = GenerationText(params.stop, self.base, params.max_tokens)
         self.sampler: Any = None
         self.eog = False
-        self.submitted_at = 0.0
+        self.ticket: Ticket | None = None  # its place in the model's admission queue, until admitted
         self.ended = False  # the scheduler no longer runs it (finished, failed or cancelled)
         # Guarded by the scheduler's mutex (which also knows whether the reader waits in next() for an event).
         self._events: collections.deque[StreamEvent | LlmError] = collections.deque()
@@ -277,7 +279,7 @@ class Scheduler:
 
     def __init__(self, model: LlamaModel) -> None:
         self.model = model
-        self._waiting: collections.deque[LlamaGeneration] = collections.deque()
+        self._waiting: set[LlamaGeneration] = set()  # submitted, not admitted yet (in the admission queue)
         self._active: list[LlamaGeneration] = []
         self._mutex = threading.Lock()
         self._turn_cv = self.condition()  # a step waiting for the readers' turn
@@ -295,17 +297,26 @@ class Scheduler:
         self.masks = MaskWorker()
 
     def submit(self, job: LlamaGeneration) -> None:
-        job.submitted_at = time.monotonic()
-        with self.model.lock:
+        model = self.model
+        job.ticket = Ticket(
+            "generation",
+            take=lambda: model.slots.attach(job.state, reuse_prefix=job.reuse_prefix),
+            on_admit=lambda: self._admitted(job),
+            on_fail=lambda error: self._refused(job, error),
+        )
+        with model.lock:
             job.state.busy = True  # reserved: not swapped out or reused while it waits for its turn
-            self._waiting.append(job)
+            self._waiting.add(job)
+            model.admission.submit(job.ticket)
         self._ensure_thread()
         self.wake()
 
     def cancel(self, job: LlamaGeneration) -> None:
         with self.model.lock:  # between steps: the job runs no further step
             if job in self._waiting:
-                self._waiting.remove(job)
+                self._waiting.discard(job)
+                assert job.ticket is not None
+                self.model.admission.cancel(job.ticket)
             if job in self._active:
                 self._active.remove(job)
             running = not job.ended
@@ -446,28 +457,22 @@ class Scheduler:
                     job.finish()
                 return True
 
-    def _admit(self) -> bool:
-        """First come, first served: attach waiting jobs while slots are free (or can be freed); returns whether
-        any job left the queue."""
-        now = time.monotonic()
-        queued = len(self._waiting)
-        while self._waiting:
-            job = self._waiting[0]
-            if not self.model.slots.attach(job.state, wait=False, reuse_prefix=job.reuse_prefix):
-                if now - job.submitted_at > SLOT_WAIT_TIMEOUT_S:
-                    self._waiting.popleft()
-                    job.push(slots_busy_error(self.model.name, self.model.config.slots))
-                    job.finish()
-                    continue
-                break
-            self._waiting.popleft()
-            job.start()
-            if len(job.state.tokens) >= self.model.n_ctx:  # a full window: nothing can be generated
-                job.push(StreamDone(finish_reason=FinishReason.LENGTH, usage=job.text.usage))
-                job.finish()
-                continue
+    def _admitted(self, job: LlamaGeneration) -> None:
+        """`job` got its slot, in the admission queue's order (model lock held; on whichever thread admitted it)."""
+        self._waiting.discard(job)
+        job.start()
+        if len(job.state.tokens) >= self.model.n_ctx:  # a full window: nothing can be generated
+            job.push(StreamDone(finish_reason=FinishReason.LENGTH, usage=job.text.usage))
+            job.finish()
+        else:
             self._active.append(job)
-        return len(self._waiting) < queued
+        self.wake()
+
+    def _refused(self, job: LlamaGeneration, error: LlmError) -> None:
+        """`job` waited past the admission timeout (model lock held)."""
+        self._waiting.discard(job)
+        job.push(error)
+        job.finish()
 
     def _plan(self) -> list[Row]:
         """This step's rows (planning.plan_step: decode rows first, then prefill chunks in arrival order)."""
@@ -483,7 +488,7 @@ class Scheduler:
     def _step(self) -> bool:
         """Admit, decode and sample once (model lock held); returns whether anything was admitted or decoded."""
         self.attempts += 1
-        admitted = self._admit()
+        admitted = self.model.admission.admit()
         rows = self._plan()
         if not rows:
             return admitted

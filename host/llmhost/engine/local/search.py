@@ -10,12 +10,13 @@ equals the sum of the logprobs the same tokens would get when generated.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from llmhost.domain.errors import InvalidInput
 from llmhost.domain.types import BeamParams, check_continuations
+from llmhost.engine.base import UNBOUNDED, Bounds
 from llmhost.engine.generation import GenerationText
 from llmhost.engine.local.sequence_state import SeqState, plan_rewind
 
@@ -63,12 +64,12 @@ class _Row:
         return [int(t) for t in ids[order]]
 
 
-def _fork(model: LlamaModel, source: SeqState) -> SeqState:
+def _fork(model: LlamaModel, source: SeqState, kind: str, bounds: Bounds) -> SeqState:
     """A busy copy of `source` (attached, busy) sharing its KV cells. Lock held. Unlike `SlotPool.fork` it leaves
     `source` busy, so attaching further copies cannot swap the source out between forks."""
     clone = SeqState(list(source.tokens), list(source.token_texts), list(source.logprobs))
     clone.busy = True
-    model.slots.attach(clone)
+    model.attach(clone, kind, bounds.check)
     assert source.slot is not None and clone.slot is not None
     model.decoder.seq_cp(source.slot, clone.slot, -1)
     clone.n_kv = source.n_kv
@@ -81,10 +82,12 @@ def _count(model: LlamaModel, states: Iterable[SeqState], tokens: int) -> None:
     model.evaluated_tokens += tokens
 
 
-def score(model: LlamaModel, source: SeqState, continuations: list[str]) -> list[float]:
+def score(model: LlamaModel, source: SeqState, continuations: list[str], bounds: Bounds = UNBOUNDED) -> list[float]:
     """The log-likelihood of each continuation given `source` (tokenized as `append` tokenizes a non-empty
     sequence's text). The first token of every continuation is scored from one shared row (the source's last
-    token); the rest of every continuation in as few batches as slots and the batch size allow, one fork each."""
+    token); the rest of every continuation in as few batches as slots and the batch size allow, one fork each.
+    Bounded as a generation is: every continuation token is counted into the run's budget before any work, and
+    a cancelled run (deadline, disconnect) stops it within one decode step."""
     check_continuations(continuations)
     if not source.tokens:
         raise InvalidInput("the sequence is empty: append a prompt before scoring continuations")
@@ -98,8 +101,9 @@ def score(model: LlamaModel, source: SeqState, continuations: list[str]) -> list
     scores = [0.0] * len(tokenized)
     if not any(tokenized):
         return scores
+    bounds.spend(sum(len(tokens) for tokens in tokenized))
     with model.lock:
-        model.slots.attach(source)
+        model.attach(source, "score", bounds.check)
         # Run the last token now (again, if it was in the cache: its logits are gone): its row scores every first token.
         model.unevaluate_last(source)
         model.evaluate(source, len(source.tokens))
@@ -109,25 +113,30 @@ def score(model: LlamaModel, source: SeqState, continuations: list[str]) -> list
                 scores[i] = first.logprob(tokens[0])
     pending = [i for i, tokens in enumerate(tokenized) if len(tokens) > 1]
     while pending:
-        group = _score_group(model, source, tokenized, pending, scores)
+        group = _score_group(model, source, tokenized, pending, scores, bounds)
         pending = pending[group:]
     return scores
 
 
 def _score_group(
-    model: LlamaModel, source: SeqState, tokenized: list[list[int]], pending: list[int], scores: list[float]
+    model: LlamaModel,
+    source: SeqState,
+    tokenized: list[list[int]],
+    pending: list[int],
+    scores: list[float],
+    bounds: Bounds,
 ) -> int:
     """Score the rest of the first continuations of `pending` that fit at once (a fork each, while slots are free
-    without evicting anyone, at least one); returns how many it took."""
+    without evicting anyone, leaving one free for other work, at least one); returns how many it took."""
     forks: list[tuple[int, SeqState]] = []
     try:
         with model.lock:
             source.busy = True  # not swapped out while it is forked
             try:
-                model.slots.attach(source)
-                room = max(1, model.slots.available)
+                model.attach(source, "score", bounds.check)
+                room = max(1, model.slots.available - 1)
                 for i in pending[:room]:
-                    clone = _fork(model, source)
+                    clone = _fork(model, source, "score", bounds)
                     # Its tokens but the last (whose logprob comes from the row before it) run through the model.
                     clone.append(tokenized[i][:-1], [""] * (len(tokenized[i]) - 1))
                     forks.append((i, clone))
@@ -135,6 +144,7 @@ def _score_group(
                 source.busy = False
         base = len(source.tokens)
         while True:
+            bounds.check()  # a cancelled run stops between decode steps
             with model.lock:  # one decode per turn of the lock: generations of others run in between
                 plan: list[tuple[SeqState, list[int]]] = []
                 rows: list[tuple[int, int, int]] = []  # (continuation, its token index predicted, batch row)
@@ -173,7 +183,7 @@ class _Beam:
 
 
 def beam_search(
-    model: LlamaModel, source: SeqState, params: BeamParams, check: Callable[[], None] | None = None
+    model: LlamaModel, source: SeqState, params: BeamParams, bounds: Bounds = UNBOUNDED
 ) -> list[tuple[SeqState, float]]:
     """Beam search from `source`: every step decodes the live beams in one batch, extends each by its `width`
     best tokens and keeps the best `width` candidates overall. A candidate that finishes (end-of-generation, a
@@ -194,10 +204,10 @@ def beam_search(
         with model.lock:
             source.busy = True
             try:
-                model.slots.attach(source)
+                model.attach(source, "beam-search", bounds.check)
                 model.evaluate(source, base - 1)  # at most its last token is left for the first step
                 model.unevaluate_last(source)
-                start = _fork(model, source)
+                start = _fork(model, source, "beam-search", bounds)
             finally:
                 source.busy = False
             start.busy = False
@@ -205,9 +215,8 @@ def beam_search(
         if base >= model.n_ctx:  # a full window: nothing can be generated
             return [(start, 0.0)]
         while live and len(finished) < width:
-            if check is not None:
-                check()  # a cancelled run stops between steps
-            live = _beam_step(model, live, finished, width - len(finished))
+            bounds.spend(len(live))  # each live beam's next token is evaluated; a cancelled run stops here
+            live = _beam_step(model, live, finished, width - len(finished), bounds)
     except BaseException:
         with model.lock:
             for beam in [*live, *finished]:
@@ -225,7 +234,7 @@ def _penalised(beam: _Beam, length_penalty: float) -> float:
     return beam.total / count**length_penalty if length_penalty and count else beam.total
 
 
-def _beam_step(model: LlamaModel, live: list[_Beam], finished: list[_Beam], keep: int) -> list[_Beam]:
+def _beam_step(model: LlamaModel, live: list[_Beam], finished: list[_Beam], keep: int, bounds: Bounds) -> list[_Beam]:
     """One decode of every live beam (one batch, lock held for this step only); returns the new live beams."""
     with model.lock:
         for beam in live:
@@ -234,7 +243,7 @@ def _beam_step(model: LlamaModel, live: list[_Beam], finished: list[_Beam], keep
         forks: list[SeqState] = []
         try:
             for beam in live:
-                model.slots.attach(beam.state)
+                model.attach(beam.state, "beam-search", bounds.check)
             plan = [(beam.state, beam.state.tokens[beam.state.n_kv :]) for beam in live]
             rows: list[int] = []
             index = 0
@@ -263,7 +272,7 @@ def _beam_step(model: LlamaModel, live: list[_Beam], finished: list[_Beam], keep
             for b, beam_picks in picks.items():
                 parent = live[b]
                 for _ in beam_picks[1:]:
-                    forks.append(_fork(model, parent.state))
+                    forks.append(_fork(model, parent.state, "beam-search", bounds))
             kids = iter(forks)
             for b, beam_picks in picks.items():
                 parent = live[b]

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from llmhost.domain.errors import InvalidInput
 from llmhost.domain.types import BeamParams, InferenceResult, InferencingParams
-from llmhost.engine.base import TokenSequence, collect
+from llmhost.engine.base import UNBOUNDED, Bounds, TokenSequence, collect
 from llmhost.engine.local import search
 from llmhost.engine.local.scheduler import LlamaGeneration
 from llmhost.engine.local.sequence_state import SeqState
@@ -85,8 +84,8 @@ class LlamaSequence:
         with model.lock:
             state.append(tokens, texts)
             # No slot free now (every one busy generating): the tokens are evaluated by the next generation,
-            # which the scheduler admits in turn. An append never waits in a queue of its own.
-            if not model.slots.attach(state, wait=False):
+            # which the scheduler admits in turn (nor when others wait for one). An append never waits.
+            if not model.admission.try_enter(lambda: model.slots.attach(state)):
                 return
             state.busy = True  # stays in its slot between chunks
         try:
@@ -132,18 +131,16 @@ class LlamaSequence:
         self._model.check_swap_room()
         return LlamaSequence(self._model, self._model.slots.fork(self._state))
 
-    def score(self, continuations: list[str]) -> list[float]:
+    def score(self, continuations: list[str], bounds: Bounds = UNBOUNDED) -> list[float]:
         self._check_idle()
-        return search.score(self._model, self._state, continuations)
+        return search.score(self._model, self._state, continuations, bounds)
 
-    def beam_search(
-        self, params: BeamParams, check: Callable[[], None] | None = None
-    ) -> list[tuple[TokenSequence, float]]:
+    def beam_search(self, params: BeamParams, bounds: Bounds = UNBOUNDED) -> list[tuple[TokenSequence, float]]:
         self._check_idle()
         self._model.check_swap_room()
         return [
             (LlamaSequence(self._model, state), value)
-            for state, value in search.beam_search(self._model, self._state, params, check)
+            for state, value in search.beam_search(self._model, self._state, params, bounds)
         ]
 
     def close(self) -> None:

@@ -11,19 +11,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from llmhost.domain.errors import EngineError
-from llmhost.domain.limits import SLOT_WAIT_TIMEOUT_S
 from llmhost.engine.local.decoder import Decoder
 from llmhost.engine.local.sequence_state import SeqState
 
 MIN_REUSED_PREFIX = 2  # shorter common prefixes (e.g. just the BOS token) are not worth a copy
-
-
-def slots_busy_error(model: str, count: int) -> EngineError:
-    return EngineError(
-        f"all {count} sequence slots of {model} stayed busy generating for "
-        f"{SLOT_WAIT_TIMEOUT_S:.0f} s (raise `models.{model}.slots` in the config)"
-    )
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -50,7 +41,6 @@ class SlotPool:
         self._on_free = on_free
         self._free: list[int] = list(range(count))
         self._holders: dict[int, SeqState] = {}
-        self._freed = threading.Condition(lock)
         self.swaps_out = 0
         self.reused_prompt_tokens = 0
         self.swapped_bytes = 0  # KV state of swapped-out sequences held in host memory now
@@ -62,16 +52,16 @@ class SlotPool:
             return len(self._free) + sum(1 for s in self._holders.values() if s.cached)
 
     # --- taking and giving back ------------------------------------------------------------------------
-    def attach(self, state: SeqState, *, wait: bool = True, reuse_prefix: bool = False) -> bool:
-        """Give `state` a slot holding its KV cache (restoring it if it was swapped out). With `wait=False`,
-        return False instead of waiting when every slot is busy generating."""
+    def attach(self, state: SeqState, *, reuse_prefix: bool = False) -> bool:
+        """Give `state` a slot holding its KV cache (restoring it if it was swapped out); False when every slot
+        is busy generating. Never waits: callers wait in the model's admission queue (`admission`)."""
         with self.lock:
             state.touch()
             if state.slot is not None:
                 return True
             if reuse_prefix and state.saved is None and state.n_kv == 0 and self._adopt_prefix(state):
                 return True
-            slot = self._take_slot(wait)
+            slot = self._take_slot()
             if slot is None:
                 return False
             self._hold(state, slot)
@@ -121,7 +111,7 @@ class SlotPool:
                 return copy
             source.busy = True  # not swapped out while the copy takes a slot
             try:
-                slot = self._take_slot(wait=False)
+                slot = self._take_slot()
                 if slot is not None:
                     self._hold(copy, slot)
                     self._kv.seq_cp(source.slot, slot, -1)
@@ -138,7 +128,7 @@ class SlotPool:
     def trim(self, state: SeqState, count: int) -> None:
         """Rewind `state` to its first `count` tokens, keeping the KV cache of that prefix."""
         with self.lock:
-            if state.saved is not None and not self.attach(state, wait=False):
+            if state.saved is not None and not self.attach(state):
                 # Swapped out and no slot free now: the saved bytes cannot be cut in place, so they are dropped
                 # and the kept tokens are evaluated again on next use (exact, only slower). Never waits.
                 self.swapped_bytes -= len(state.saved)
@@ -174,7 +164,7 @@ class SlotPool:
         else:
             best.busy = True  # an idle sequence: copy its cells into another slot, leaving it intact
             try:
-                taken = self._take_slot(wait=False)
+                taken = self._take_slot()
             finally:
                 best.busy = False
             if taken is None:
@@ -189,15 +179,9 @@ class SlotPool:
         self.reused_prompt_tokens += best_len
         return True
 
-    def _take_slot(self, wait: bool) -> int | None:
-        def available() -> bool:
-            return bool(self._free) or any(not s.busy for s in self._holders.values())
-
-        if not available():
-            if not wait:
-                return None
-            if not self._freed.wait_for(available, timeout=SLOT_WAIT_TIMEOUT_S):
-                raise slots_busy_error(self._name, self.count)
+    def _take_slot(self) -> int | None:
+        if not self._free and all(s.busy for s in self._holders.values()):
+            return None
         if not self._free:
             idle = [s for s in self._holders.values() if not s.busy]
             # Prefix caches go first (nothing is lost but a cache), then the least recently used sequence.
@@ -233,5 +217,4 @@ class SlotPool:
         state.slot = None
 
     def _notify(self) -> None:
-        self._freed.notify_all()
         self._on_free()

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from llmhost.config import ModelConfig
 from llmhost.domain.errors import EngineError, InvalidInput
-from llmhost.domain.limits import DEFAULT_MODEL, SLOT_WAIT_TIMEOUT_S
+from llmhost.domain.limits import DEFAULT_MODEL
 from llmhost.domain.types import (
     InferencingParams,
 )
+from llmhost.engine.admission import AdmissionQueue
 from llmhost.engine.remote.servers import SERVERS, constraint_fields
 from llmhost.engine.text import attribute_text
 
@@ -53,22 +54,31 @@ class RemoteModel:
         ]
         self._key = key  # sent as a bearer token by the clients; never logged or put in a message
         self._next = itertools.count()
-        self._inflight = threading.BoundedSemaphore(config.slots)
+        # Requests in flight, bounded by `slots`: callers wait in the same FIFO type as a local model's work.
+        self._inflight = 0
+        self.admission = AdmissionQueue(
+            threading.RLock(), f"all {config.slots} requests in flight of {name}", f"models.{name}.slots"
+        )
         self.cache_dir = cache_dir
         self._vocab: LlamaVocab | None = None
         self._vocab_lock = threading.Lock()
         self._http: Any = None
 
     # --- requests ----------------------------------------------------------------------------------------
-    def acquire(self) -> None:
-        if not self._inflight.acquire(timeout=SLOT_WAIT_TIMEOUT_S):
-            raise EngineError(
-                f"model {self.name!r} had {self.config.slots} requests in flight for "
-                f"{SLOT_WAIT_TIMEOUT_S:.0f} s (raise `models.{self.name}.slots`)"
-            )
+    def acquire(self, check: Callable[[], None] | None = None) -> None:
+        """Wait in turn for one of the model's requests in flight."""
+        self.admission.enter("request", self._take, check)
+
+    def _take(self) -> bool:
+        if self._inflight >= self.config.slots:
+            return False
+        self._inflight += 1
+        return True
 
     def release(self) -> None:
-        self._inflight.release()
+        with self.admission.lock:
+            self._inflight -= 1
+        self.admission.changed()
 
     def call(self, what: str, request: Callable[[Any], Any]) -> tuple[str, Any]:
         """Run `request(client)` against the base URLs: round-robin start; 429/5xx-busy retried with backoff on

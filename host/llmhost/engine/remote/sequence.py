@@ -15,7 +15,7 @@ from llmhost.domain.types import (
     StreamDone,
     StreamEvent,
 )
-from llmhost.engine.base import Generation, collect
+from llmhost.engine.base import UNBOUNDED, Bounds, Generation, collect
 from llmhost.engine.generation import GenerationText
 from llmhost.engine.remote.client import RemoteModel
 from llmhost.engine.remote.generation import RemoteGeneration
@@ -137,13 +137,13 @@ class RemoteSequence:
         copy._tokens, copy._texts, copy._logprobs = list(self._tokens), list(self._texts), list(self._logprobs)
         return copy
 
-    def score(self, continuations: list[str]) -> list[float]:
+    def score(self, continuations: list[str], bounds: Bounds = UNBOUNDED) -> list[float]:
         raise InvalidInput(
             f"sequence.score needs the model's raw distribution at every position; the remote model "
             f'{self._model.name!r} (backend "openai") does not expose it: score on a local (llama-cpp) model'
         )
 
-    def beam_search(self, params: BeamParams, check: Callable[[], None] | None = None) -> list[tuple[Any, float]]:
+    def beam_search(self, params: BeamParams, bounds: Bounds = UNBOUNDED) -> list[tuple[Any, float]]:
         raise InvalidInput(
             f"sequence.beam-search decodes forks of one KV cache step by step; the remote model "
             f'{self._model.name!r} (backend "openai") cannot: search on a local (llama-cpp) model'
