@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -14,9 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from llmhost import Host, HostConfig
+import readme_output as readme
+from llmhost import Host, HostConfig, InferencingParams
 from llmhost.guest import declared_world, defined_world, detect_world
 from serve_driver import serving
+
+from .conftest import MODEL
+from .test_examples import check_hello_output
 
 pytestmark = [pytest.mark.model, pytest.mark.wasm]
 REPO = Path(__file__).resolve().parents[2]
@@ -76,21 +81,15 @@ def test_a_broken_guest_gets_one_paragraph_naming_file_line_and_fix(
     assert "Traceback" not in done.stderr and "backtrace" not in done.stderr
 
 
-def readme_commands(readme: Path) -> tuple[list[str], str]:
-    text = readme.read_text()
-    commands = re.search(r"```sh\n(.*?)```", text, re.S)
-    output = re.search(r"```sh\n.*?```.*?```\n(.*?)```", text, re.S)
-    assert commands and output
-    return [line for line in commands.group(1).splitlines() if line.strip()], output.group(1)
-
-
-def test_the_command_template_builds_and_runs_as_its_readme_says(tmp_path: Path, llmhost_cache_dir: Path) -> None:
+def test_the_command_template_builds_and_runs_as_its_readme_says(
+    tmp_path: Path, llmhost_cache_dir: Path, real_host: Host
+) -> None:
     assert llmhost("new", "mybot", "--template", "command", cache_dir=llmhost_cache_dir, cwd=tmp_path).returncode == 0
     assert {p.name for p in (tmp_path / "mybot").iterdir()} == {"app.py", "README.md", "pyproject.toml"}
-    commands, expected = readme_commands(tmp_path / "mybot" / "README.md")
+    commands, expected = readme.readme_blocks(tmp_path / "mybot" / "README.md")
     results = [llmhost(*shlex.split(c)[1:], cache_dir=llmhost_cache_dir, cwd=tmp_path) for c in commands]
     assert all(r.returncode == 0 for r in results), [r.stderr for r in results]
-    assert results[-1].stdout == expected
+    check_hello_output(real_host, results[-1].stdout, expected, shlex.split(commands[-1])[-1])
     assert results[-1].stderr == ""  # progress notes are quiet without a terminal
 
 
@@ -103,15 +102,15 @@ def test_the_command_template_builds_and_runs_as_its_readme_says(tmp_path: Path,
     ],
 )
 def test_http_templates_serve_from_their_directory(
-    tmp_path: Path, llmhost_cache_dir: Path, template: str, path: str, body: bytes | None
+    tmp_path: Path, llmhost_cache_dir: Path, real_host: Host, template: str, path: str, body: bytes | None
 ) -> None:
     assert llmhost("new", "svc", "--template", template, cache_dir=llmhost_cache_dir, cwd=tmp_path).returncode == 0
     with serving([str(tmp_path / "svc")], llmhost_cache_dir, cwd=tmp_path) as server:
         status, answer = server.request("GET", path)
         assert status == 200, answer
     if template == "http-app":
-        commands, expected = readme_commands(tmp_path / "svc" / "README.md")
-        assert answer.decode() == expected.strip()
+        _, expected = readme.readme_blocks(tmp_path / "svc" / "README.md")
+        check_http_hello_answer(real_host, answer.decode(), expected, "The capital of France is")
 
 
 def test_run_dir_rebuilds_exactly_when_the_sources_change(tmp_path: Path, llmhost_cache_dir: Path) -> None:
@@ -178,11 +177,20 @@ def test_bindings_are_written_for_editors(tmp_path: Path, llmhost_cache_dir: Pat
     assert "def infer(" in (package / "imports" / "llm.py").read_text()
 
 
-def test_http_hello_readme(tmp_path: Path, llmhost_cache_dir: Path) -> None:
-    commands, expected = readme_commands(REPO / "guest-examples" / "http-hello" / "README.md")
+def check_http_hello_answer(host: Host, answer: str, expected: str, prompt: str) -> None:
+    """http-hello's answer has the README's shape, and is what the engine gives on this machine for the same
+    request (the guest's params: greedy, at most 16 tokens, cut at the first newline)."""
+    readme.assert_shape(answer, expected, [r'\{"text": "[^\n]*", "finish_reason": "(length|stop)"\}'])
+    params = InferencingParams(max_tokens=16, stop=("\n",), temperature=0.0, repeat_penalty=1.1)
+    want = host.infer(MODEL, prompt, params)
+    assert json.loads(answer) == {"text": want.text, "finish_reason": want.finish_reason.value}
+
+
+def test_http_hello_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: Host) -> None:
+    commands, expected = readme.readme_blocks(REPO / "guest-examples" / "http-hello" / "README.md")
     serve_args = shlex.split(commands[0].rstrip("&"))[2:]
     serve_args = [a for i, a in enumerate(serve_args) if a != "--listen" and serve_args[i - 1] != "--listen"]
     with serving([str(REPO / serve_args[0])], llmhost_cache_dir, cwd=REPO) as server:
         url = shlex.split(commands[1])[-1].replace("http://127.0.0.1:8080", server.url)
         with urllib.request.urlopen(url, timeout=60) as response:  # noqa: S310 (loopback)
-            assert response.read().decode() == expected.strip()
+            check_http_hello_answer(real_host, response.read().decode(), expected, "The capital of France is")

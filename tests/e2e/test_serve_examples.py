@@ -16,8 +16,11 @@ from pathlib import Path
 
 import pytest
 
+import readme_output as readme
+from llmhost import Host, InferencingParams
 from serve_driver import Server, serving
 
+from .conftest import MODEL
 from .test_examples import REPO, readme_blocks
 
 pytestmark = [pytest.mark.model, pytest.mark.wasm]
@@ -60,16 +63,34 @@ def run_served_readme(example: str, workdir: Path, cache_dir: Path) -> tuple[lis
     return commands, last, expected
 
 
-def test_chat_http_readme(tmp_path: Path, llmhost_cache_dir: Path) -> None:
+def test_chat_http_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: Host) -> None:
     commands, output, expected = run_served_readme("chat-http", tmp_path, llmhost_cache_dir)
     assert [c.split()[1] for c in commands] == ["build", "serve", "-sN"]
-    assert output == expected
-    events = [e for e in output.split("\n\n") if e]
-    assert len(events) == 9 and events[-1].startswith("event: done")
+    # The README's shape: text events, then the done event with the usage (a 13-token prompt, at most 8 tokens).
+    done = r'event: done\ndata: \{"finish_reason": "(length|stop)", "usage": \{"prompt_tokens": 13, "completion_tokens": \d\}\}'
+    shapes = []
+    for name, text in (("the README", expected), ("the output", output)):
+        events = [e for e in text.split("\n\n") if e.strip()]
+        assert all(re.fullmatch(r'data: \{"text": "[^\n]*"\}', e) for e in events[:-1]), (name, events)
+        assert re.fullmatch(done, events[-1]), (name, events[-1])
+        shapes.append(events)
+    events = shapes[1]
+    # The same request through the Python API on this machine (the guest's params and Gemma's chat turn).
+    body = json.loads(shlex.split(commands[2])[-1])
+    prompt = f"<start_of_turn>user\n{body['message']}<end_of_turn>\n<start_of_turn>model\n"
+    params = InferencingParams(
+        max_tokens=body["max_tokens"], stop=("<end_of_turn>",), temperature=0.0, repeat_penalty=1.1
+    )
+    want = real_host.infer(MODEL, prompt, params)
+    assert "".join(json.loads(e.removeprefix("data: "))["text"] for e in events[:-1]) == want.text
+    usage = {"prompt_tokens": want.usage.prompt_token_count, "completion_tokens": want.usage.generated_token_count}
+    finished = json.loads(events[-1].split("data: ", 1)[1])
+    assert finished == {"finish_reason": want.finish_reason.value, "usage": usage}
+    assert len(events) - 1 <= want.usage.generated_token_count  # one event per token, or fewer
 
 
-def test_openai_compat_readme(tmp_path: Path, llmhost_cache_dir: Path) -> None:
-    _, output, expected = run_served_readme("openai-compat", tmp_path, llmhost_cache_dir)
+def test_openai_compat_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: Host) -> None:
+    commands, output, expected = run_served_readme("openai-compat", tmp_path, llmhost_cache_dir)
 
     def stable(text: str, live: bool) -> dict[str, object]:
         """The response without the fields that differ on every call (checked for shape, and for being fresh)."""
@@ -79,7 +100,18 @@ def test_openai_compat_readme(tmp_path: Path, llmhost_cache_dir: Path) -> None:
         assert isinstance(created, int) and (not live or abs(created - time.time()) < 600)
         return value  # type: ignore[no-any-return]
 
-    assert stable(output, live=True) == stable(expected, live=False)
+    # The README's response but for the generated text, which is what the same request gives through the Python API
+    # on this machine (OpenAI's request: greedy, no repeat penalty).
+    got, shown = stable(output, live=True), stable(expected, live=False)
+    text = got["choices"][0].pop("text")  # type: ignore[index]
+    shown["choices"][0].pop("text")  # type: ignore[index]
+    assert got == shown
+    request = json.loads(shlex.split(commands[2])[-1])
+    params = InferencingParams(
+        max_tokens=request["max_tokens"], temperature=0.0, repeat_penalty=1.0, repeat_penalty_last_n_token_count=0
+    )
+    want = real_host.infer(MODEL, request["prompt"], params)
+    assert text == want.text and want.finish_reason.value == "length"
 
 
 @pytest.fixture(scope="module")
