@@ -95,11 +95,20 @@ class Server:
             self.process.wait()
             raise AssertionError("the server did not stop within 30 s of " + signal.Signals(sig).name) from None
 
-    def rss_kb(self) -> int:
+    def rss_kb(self, field: str = "VmRSS") -> int:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
-        raise AssertionError("no VmRSS")
+        raise AssertionError(f"no {field}")
+
+    def peak_growth_kb(self, path: str) -> tuple[int, bytes]:
+        """GET `path`; returns how far the server's resident memory peaked above where it was before (the peak
+        is reset first, through /proc/PID/clear_refs), and the response body."""
+        Path(f"/proc/{self.process.pid}/clear_refs").write_text("5")
+        before = self.rss_kb()
+        status, body = self.request("GET", path)
+        assert status == 200, (status, body[:300])
+        return self.rss_kb("VmHWM") - before, body
 
 
 @contextmanager

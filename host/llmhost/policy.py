@@ -41,6 +41,15 @@ MAX_BEAM_TOKENS = 4096
 MAX_LENGTH_PENALTY = 10.0
 # Continuations per `sequence.score` call (each is a fork decoded beside the others).
 MAX_SCORE_CONTINUATIONS = 256
+# Oversized texts are refused by their length before they are tokenized (tokenizing costs 60-130 times the text in
+# host memory, and seconds per megabyte). A model whose tokens are pieces of the text (llama.cpp's SentencePiece
+# and BPE vocabularies) turns N bytes into at least N / L tokens, L its longest token in bytes (Gemma 3: 48), and
+# a character is at least one byte: a text of more than room × L characters cannot fit in `room` tokens. For
+# tokenizers that normalize text (WordPiece, Unigram), for remote models tokenized by their server, and for chat
+# messages before they are rendered, L is taken as this many bytes per token (a documented cap, not a bound).
+MAX_BYTES_PER_TOKEN = 64
+# `tokenize` takes texts of at most this many bytes (UTF-8): its result is a token list the host builds whole.
+MAX_TOKENIZE_BYTES = 1024 * 1024
 U32_MAX = 2**32 - 1
 U64_MAX = 2**64 - 1
 
@@ -150,6 +159,29 @@ def check_embedding_texts(texts: list[str]) -> None:
 
 # Spin's defaults for `params: none` (see the WIT doc of `inferencing-params`).
 DEFAULT_PARAMS = InferencingParams()
+
+
+def check_text_length(what: str, length: int, room: int, context_length: int, bytes_per_token: int) -> None:
+    """Refuse a text of `length` characters when it is too long to be tokenized into `room` tokens or fewer,
+    before tokenizing it: it has at least length / bytes_per_token tokens (see `MAX_BYTES_PER_TOKEN`). Costs
+    nothing (no encoding)."""
+    if length > max(room, 0) * bytes_per_token:
+        left = "" if room == context_length else f" ({max(room, 0)} of them left)"
+        raise InvalidInput(
+            f"{what} is {length} characters: more than the context window of {context_length} tokens{left} can "
+            f"hold (a token of this model is at most {bytes_per_token} bytes); shorten it or raise the model's "
+            "`context-length` in the config"
+        )
+
+
+def check_tokenize_length(text: str) -> None:
+    """`tokenize` builds its whole result: its text is capped (`MAX_TOKENIZE_BYTES`), checked before encoding."""
+    size = len(text) if len(text) > MAX_TOKENIZE_BYTES else len(text.encode())
+    if size > MAX_TOKENIZE_BYTES:
+        raise InvalidInput(
+            f"tokenize got a text of at least {size} bytes; at most {MAX_TOKENIZE_BYTES} bytes per call "
+            "(tokenize a long text in parts)"
+        )
 
 
 def check_prompt_fits(prompt_tokens: int, context_length: int) -> None:

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
+from .. import policy
 from ..engine.base import Engine, Generation
 from ..types import (
     ChatEvent,
@@ -105,6 +106,10 @@ class ChatService:
     ) -> ChatGeneration:
         """Start a chat. `start(model, prompt, params)` starts the generation (default: the engine's `stream`;
         the host passes its run-scoped `infer_stream`). Input errors are raised here, before any token."""
+        # Messages too long to fit are refused before the template copies them into a prompt (and it is tokenized).
+        length = sum(len(m.content or "") + sum(len(c.arguments) for c in m.tool_calls) for m in messages)
+        context = self._engine().model_info(model).context_length
+        policy.check_text_length("the chat's messages", length, context, context, policy.MAX_BYTES_PER_TOKEN)
         prompt, template, fmt, tools = self._prompt(model, messages, params, add_generation_prompt=True)
         inferencing = params.inferencing
         constraint = reply_constraint(tools, params.tool_choice, fmt)

@@ -103,11 +103,12 @@ class LlamaCppEngine:
         return ModelInfo(name=model, context_length=m.n_ctx, vocab_size=m.n_vocab)
 
     def tokenize(self, model: str, text: str) -> list[int]:
+        policy.check_tokenize_length(text)
         return self.model(model).tokenize(text)
 
     def stream(self, model: str, prompt: str, params: InferencingParams) -> LlamaGeneration:
         m = self.model(model)
-        tokens = m.tokenize(prompt)
+        tokens = m.tokenize(prompt, room=m.n_ctx, what="prompt")
         if not tokens:
             raise InvalidInput("prompt is empty and this model adds no beginning-of-sequence token")
         policy.check_prompt_fits(len(tokens), m.n_ctx)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .. import policy
 from ..config import ModelConfig
 from ..types import Constraint, EmbeddingsResult, EngineError, InferencingParams, InvalidInput, TokenLogprob, TopLogprob
 from .constraint_mask import TokenConstraint
@@ -76,7 +77,11 @@ class EngineModel:
             )
 
     # --- vocabulary --------------------------------------------------------------------------------------
-    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+    def tokenize(self, text: str, add_special: bool = True, room: int | None = None, what: str = "text") -> list[int]:
+        """`room`: the tokens `text` may take; a text too long for them is refused before it is tokenized (the
+        caller still checks the count)."""
+        if room is not None:
+            policy.check_text_length(what, len(text), room, self.n_ctx, self.decoder.max_token_bytes())
         return self.decoder.tokenize(text, add_special)
 
     def piece(self, token: int) -> bytes:

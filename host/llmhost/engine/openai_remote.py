@@ -265,6 +265,12 @@ class RemoteModel:
                 self._vocab = LlamaVocab(resolve_model_path(self.name, self.config, self.cache_dir), self.name)
             return self._vocab
 
+    def check_length(self, what: str, text: str, room: int) -> None:
+        """Refuse a text too long for `room` tokens before tokenizing it (or sending it anywhere)."""
+        vocab = self.vocab()
+        per_token = vocab.max_token_bytes() if vocab is not None else policy.MAX_BYTES_PER_TOKEN
+        policy.check_text_length(what, len(text), room, self.config.context_length, per_token)
+
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
         vocab = self.vocab()
         if vocab is not None:
@@ -566,6 +572,7 @@ class RemoteSequence:
         self._check_idle()
         if not text:
             return
+        self._model.check_length("the appended text", text, self._model.config.context_length - len(self._tokens))
         tokens = self._model.tokenize(text, add_special=not self._tokens)
         self._add(tokens, self._model.texts_of(tokens, text))
 
@@ -727,6 +734,7 @@ class OpenAIEngine:
         return ModelInfo(name=model, context_length=m.config.context_length, vocab_size=vocab.n_vocab if vocab else 0)
 
     def tokenize(self, model: str, text: str) -> list[int]:
+        policy.check_tokenize_length(text)
         return self.model(model).tokenize(text)
 
     def chat_template(self, model: str) -> TemplateInfo:
@@ -747,6 +755,7 @@ class OpenAIEngine:
 
     def stream(self, model: str, prompt: str, params: InferencingParams) -> RemoteGeneration:
         m = self.model(model)
+        m.check_length("prompt", prompt, m.config.context_length)
         count = len(m.tokenize(prompt))
         if count == 0:
             raise InvalidInput("prompt is empty and this model adds no beginning-of-sequence token")
@@ -762,6 +771,8 @@ class OpenAIEngine:
         if check is not None:
             check()
         m = self.model(model)
+        for i, text in enumerate(texts):
+            m.check_length(f"text[{i}]", text, m.config.context_length)
         _, response = m.call(
             "the embeddings request",
             lambda client: client.embeddings.create(model=m.remote_name, input=texts, encoding_format="float"),
