@@ -213,3 +213,16 @@ source = "{http_wasm["http_probe"]}"
     assert spin.startswith(b"HTTP/1.1 503")
     # The log says what the clients got.
     assert any(" 503 " in line and "/loop" in line for line in running.lines)
+
+
+def test_guest_log_lines_show_control_characters_escaped(server: Server) -> None:
+    start = len(server.lines)
+    # ESC[2K ESC[G would erase the line's prefix on a terminal; NUL, backspace, DEL and C1 controls hide text.
+    status, _ = server.request("GET", "/say?text=%1b%5b2K%1b%5bGforged%08%00%7f%c2%85end%09tab")
+    assert status == 200
+    server.wait_for_line(r"GET /say", 10, start)
+    said = [line for line in server.lines[start:] if "stderr:" in line and "forged" in line]
+    assert len(said) == 1
+    line = said[0]
+    assert "llmhost.serve.guest: probe [" in line and "stderr: \\x1b[2K\\x1b[Gforged\\x08\\x00\\x7f\\x85end\ttab" in line
+    assert not any(ch in line for ch in "\x1b\x08\x00\x7f\x85")
