@@ -224,5 +224,6 @@ def test_guest_log_lines_show_control_characters_escaped(server: Server) -> None
     said = [line for line in server.lines[start:] if "stderr:" in line and "forged" in line]
     assert len(said) == 1
     line = said[0]
-    assert "llmhost.serve.guest: probe [" in line and "stderr: \\x1b[2K\\x1b[Gforged\\x08\\x00\\x7f\\x85end\ttab" in line
+    assert "llmhost.serve.guest: probe [" in line
+    assert "stderr: \\x1b[2K\\x1b[Gforged\\x08\\x00\\x7f\\x85end\ttab" in line
     assert not any(ch in line for ch in "\x1b\x08\x00\x7f\x85")

@@ -18,7 +18,7 @@ def reference_escape(text: str) -> str:
     for ch in text:
         code = ord(ch)
         if (code < 0x20 and ch != "\t") or code == 0x7F or 0x80 <= code <= 0x9F:
-            out.append("\\x%02x" % code)
+            out.append("\\x" + "0123456789abcdef"[code // 16] + "0123456789abcdef"[code % 16])
         else:
             out.append(ch)
     return "".join(out)
