@@ -11,6 +11,7 @@ import http.client
 import json
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -112,12 +113,28 @@ class Server:
 
 
 @contextmanager
-def serving(args: Sequence[str], cache_dir: Path, cwd: Path | None = None) -> Iterator[Server]:
-    """Run `llmhost serve ARGS --listen 127.0.0.1:0` until the block ends (then SIGTERM)."""
+def serving(
+    args: Sequence[str], cache_dir: Path, cwd: Path | None = None, nofile: int | None = None
+) -> Iterator[Server]:
+    """Run `llmhost serve ARGS --listen 127.0.0.1:0` until the block ends (then SIGTERM). `nofile`: the server's
+    RLIMIT_NOFILE, soft and hard."""
     env = {k: v for k, v in os.environ.items() if k not in ("LLMHOST_CONFIG", "LLMHOST_LISTEN")}
     env["LLMHOST_CACHE_DIR"] = str(cache_dir)
     command = [LLMHOST, "serve", *args, "--listen", "127.0.0.1:0"]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env, cwd=cwd)
+
+    def limit_descriptors() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    process = subprocess.Popen(
+        command,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=cwd,
+        preexec_fn=limit_descriptors if nofile is not None else None,
+    )
     server = Server(process)
     try:
         match = server.wait_for_line(LISTENING.pattern, START_TIMEOUT_S)

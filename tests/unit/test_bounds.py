@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import errno
+import resource
 import unicodedata
 
 import pytest
@@ -9,7 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from llmhost import policy
+from llmhost.serve import policy as serve_policy
 from llmhost.serve.component import escape_controls, guest_lines
+from llmhost.serve.protocol import chunk_problem, framing_problem
+from llmhost.serve.server import DescriptorWarnings, plan_descriptors
 from llmhost.types import InvalidInput
 
 
@@ -72,3 +78,71 @@ def test_tokenize_is_capped_in_bytes_not_characters() -> None:
         policy.check_tokenize_length("é" * (policy.MAX_TOKENIZE_BYTES // 2 + 1))  # two bytes each
     with pytest.raises(InvalidInput, match="at most 1048576 bytes"):
         policy.check_tokenize_length("x" * (16 * 1024 * 1024))
+
+
+# --- serve: descriptors and framing --------------------------------------------------------------------------
+
+INF = resource.RLIM_INFINITY
+RESERVE_16 = serve_policy.FD_RESERVE + serve_policy.FDS_PER_REQUEST * 16
+
+
+@pytest.mark.parametrize(
+    ("soft", "hard", "expected"),
+    [
+        (1024, 4096, (1024, 256)),  # enough already
+        (INF, INF, (INF, 256)),
+        (256, 4096, (256 + RESERVE_16, 256)),  # raised to what is needed
+        (256, INF, (256 + RESERVE_16, 256)),
+        (100, 300, (300, 300 - RESERVE_16)),  # raised to the hard limit, connections lowered to fit
+        (50, 50, (50, 1)),  # never below one connection
+    ],
+)
+def test_descriptor_plan(soft: int, hard: int, expected: tuple[int, int]) -> None:
+    assert plan_descriptors(256, 16, soft, hard) == expected
+
+
+@given(st.integers(1, 5000), st.integers(1, 64), st.integers(1, 10_000), st.integers(1, 10_000))
+def test_descriptor_plan_never_lowers_or_overshoots(connections: int, concurrency: int, soft: int, hard: int) -> None:
+    soft = min(soft, hard)
+    new_soft, served = plan_descriptors(connections, concurrency, soft, hard)
+    assert soft <= new_soft <= hard and 1 <= served <= connections
+    reserve = serve_policy.FD_RESERVE + serve_policy.FDS_PER_REQUEST * concurrency
+    assert served == connections or served + reserve == new_soft or served == 1
+
+
+def test_running_out_of_descriptors_warns_once_per_interval(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    warnings = DescriptorWarnings(clock=lambda: now[0])
+    loop = asyncio.new_event_loop()
+    try:
+        for step in range(1000):
+            now[0] = step * 0.05  # 50 s of accept failures, 20 a second
+            warnings.handle(loop, {"message": "accept", "exception": OSError(errno.EMFILE, "Too many open files")})
+    finally:
+        loop.close()
+    lines = [r for r in caplog.records if "out of file descriptors" in r.getMessage()]
+    assert len(lines) == 5
+    assert "more since the last warning" in lines[1].getMessage()
+
+
+@pytest.mark.parametrize(
+    ("received", "problem"),
+    [
+        (b"GET /\r\n", "HTTP/0.9"),
+        (b"GET /\n", "HTTP/0.9"),
+        (b"\x16\x03\x01\x02\x00\x01\x00\n", "malformed"),
+        (b"GET / HTTP/1.1\r\n", None),
+        (b"\r\nPOST /x?y=1 HTTP/1.0\r\nHost: a\r\n", None),
+        (b"GET / HTTP/1.1", None),  # not a whole line yet
+    ],
+)
+def test_framing_problem(received: bytes, problem: str | None) -> None:
+    found = framing_problem(received)
+    assert (found is None) if problem is None else (found is not None and problem in found)
+
+
+def test_chunk_problem() -> None:
+    assert chunk_problem(int("f" * 20, 16), 1 << 20) == (400, f"chunk size {'f' * 20} is out of range")
+    refused = chunk_problem((1 << 20) + 1, 1 << 20)
+    assert refused is not None and refused[0] == 413
+    assert chunk_problem(1 << 20, 1 << 20) is None

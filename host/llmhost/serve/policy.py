@@ -17,6 +17,15 @@ DEFAULT_HEADER_TIMEOUT_S = 10.0
 DEFAULT_BODY_TIMEOUT_S = 30.0
 # Open connections at once (idle keep-alive ones included); more are answered 503 and closed.
 DEFAULT_MAX_CONNECTIONS = 256
+# File descriptors kept beside the connections' at start-up (`max-connections` is checked against RLIMIT_NOFILE):
+# this many for the process's own files (model, components, logs, event loop), plus per running request (its
+# guest's captured stdout and stderr, and their reads) `FDS_PER_REQUEST`.
+FD_RESERVE = 64
+FDS_PER_REQUEST = 4
+# When descriptors run out anyway (accept fails with EMFILE), at most one warning per this many seconds.
+FD_WARNING_INTERVAL_S = 10.0
+# A chunk size over this (2^63 - 1) is malformed: 400 at once (h11 itself takes up to 20 hex digits).
+MAX_CHUNK_SIZE = 2**63 - 1
 # What one request's guest may log (stdout and stderr together): the rest is dropped, with one line saying so.
 DEFAULT_MAX_LOG_BYTES = 64 * 1024
 
