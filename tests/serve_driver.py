@@ -11,6 +11,7 @@ import http.client
 import json
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -95,20 +96,45 @@ class Server:
             self.process.wait()
             raise AssertionError("the server did not stop within 30 s of " + signal.Signals(sig).name) from None
 
-    def rss_kb(self) -> int:
+    def rss_kb(self, field: str = "VmRSS") -> int:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
-        raise AssertionError("no VmRSS")
+        raise AssertionError(f"no {field}")
+
+    def peak_growth_kb(self, path: str) -> tuple[int, bytes]:
+        """GET `path`; returns how far the server's resident memory peaked above where it was before (the peak
+        is reset first, through /proc/PID/clear_refs), and the response body."""
+        Path(f"/proc/{self.process.pid}/clear_refs").write_text("5")
+        before = self.rss_kb()
+        status, body = self.request("GET", path)
+        assert status == 200, (status, body[:300])
+        return self.rss_kb("VmHWM") - before, body
 
 
 @contextmanager
-def serving(args: Sequence[str], cache_dir: Path, cwd: Path | None = None) -> Iterator[Server]:
-    """Run `llmhost serve ARGS --listen 127.0.0.1:0` until the block ends (then SIGTERM)."""
+def serving(
+    args: Sequence[str], cache_dir: Path, cwd: Path | None = None, nofile: int | None = None
+) -> Iterator[Server]:
+    """Run `llmhost serve ARGS --listen 127.0.0.1:0` until the block ends (then SIGTERM). `nofile`: the server's
+    RLIMIT_NOFILE, soft and hard."""
     env = {k: v for k, v in os.environ.items() if k not in ("LLMHOST_CONFIG", "LLMHOST_LISTEN")}
     env["LLMHOST_CACHE_DIR"] = str(cache_dir)
     command = [LLMHOST, "serve", *args, "--listen", "127.0.0.1:0"]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env, cwd=cwd)
+
+    def limit_descriptors() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    process = subprocess.Popen(
+        command,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=cwd,
+        preexec_fn=limit_descriptors if nofile is not None else None,
+    )
     server = Server(process)
     try:
         match = server.wait_for_line(LISTENING.pattern, START_TIMEOUT_S)

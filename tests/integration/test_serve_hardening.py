@@ -213,3 +213,93 @@ source = "{http_wasm["http_probe"]}"
     assert spin.startswith(b"HTTP/1.1 503")
     # The log says what the clients got.
     assert any(" 503 " in line and "/loop" in line for line in running.lines)
+
+
+def test_guest_log_lines_show_control_characters_escaped(server: Server) -> None:
+    start = len(server.lines)
+    # ESC[2K ESC[G would erase the line's prefix on a terminal; NUL, backspace, DEL and C1 controls hide text.
+    status, _ = server.request("GET", "/say?text=%1b%5b2K%1b%5bGforged%08%00%7f%c2%85end%09tab")
+    assert status == 200
+    server.wait_for_line(r"GET /say", 10, start)
+    said = [line for line in server.lines[start:] if "stderr:" in line and "forged" in line]
+    assert len(said) == 1
+    line = said[0]
+    assert "llmhost.serve.guest: probe [" in line
+    assert "stderr: \\x1b[2K\\x1b[Gforged\\x08\\x00\\x7f\\x85end\ttab" in line
+    assert not any(ch in line for ch in "\x1b\x08\x00\x7f\x85")
+
+
+def closed_answer(server: Server, data: bytes, within_s: float = 3.0) -> bytes:
+    """Send `data` and read until the server closes the connection; fails if it does not within `within_s`."""
+    with socket.create_connection((server.host, server.port), timeout=within_s) as sock:
+        sock.sendall(data)
+        chunks = []
+        while chunk := sock.recv(65536):  # a timeout here (the connection left open) fails the test
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /hello\r\n",  # HTTP/0.9: no version
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffffff\r\nabc",
+        b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\n",  # TLS sent to a plain-HTTP port
+    ],
+    ids=["http-0.9", "absurd-chunk-size", "tls"],
+)
+def test_malformed_framing_gets_400_and_the_connection_closes_at_once(server: Server, request_bytes: bytes) -> None:
+    answer = closed_answer(server, request_bytes)
+    assert answer.startswith(b"HTTP/1.1 400 ")
+    assert b"connection: close" in answer.lower()
+    assert server.request("GET", "/hello") == (200, b"hello")
+
+
+def test_a_chunk_over_the_body_limit_gets_413_at_once(server: Server) -> None:
+    answer = closed_answer(
+        server, b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n40000000\r\nabc"
+    )
+    assert answer.startswith(b"HTTP/1.1 413 ")
+
+
+def test_a_low_descriptor_limit_lowers_max_connections_and_never_floods_the_log(
+    http_wasm: dict[str, Path], llmhost_cache_dir: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "llmhost.toml"
+    config.write_text(
+        f"""
+max-connections = 1000
+max-concurrency = 4
+header-timeout-s = 30
+
+[engine]
+kind = "fake"
+
+[components.probe]
+source = "{http_wasm["http_probe"]}"
+
+[routes]
+"/" = "probe"
+"""
+    )
+    limit = 160
+    with serving(["-c", str(config)], llmhost_cache_dir, nofile=limit) as running:
+        lowered = running.wait_for_line(r"max-connections lowered from 1000 to (\d+)", 5)
+        assert int(lowered.group(1)) < limit
+        start = len(running.lines)
+        idle = []
+        try:
+            for _ in range(2 * limit):  # more than the process can hold: idle connections that send nothing
+                try:
+                    idle.append(socket.create_connection((running.host, running.port), timeout=5))
+                except OSError:
+                    break
+            time.sleep(3)  # the server goes on failing to accept them meanwhile
+        finally:
+            for sock in idle:
+                sock.close()
+        time.sleep(1.5)  # asyncio retries accepting a second after EMFILE
+        assert running.request("GET", "/hello") == (200, b"hello")
+        log = running.lines[start:]
+        assert len(log) < 20, log[:20]
+        assert not any("Traceback" in line for line in log)

@@ -24,6 +24,7 @@ from llmhost.chat.tools import (
 )
 from llmhost.chat.tools import template_messages as to_template_messages
 from llmhost.domain.errors import EngineError, InvalidInput
+from llmhost.domain.limits import MAX_BYTES_PER_TOKEN
 from llmhost.domain.types import (
     ChatEvent,
     ChatMessage,
@@ -39,6 +40,7 @@ from llmhost.domain.types import (
     ToolCall,
     ToolCallDelta,
     Usage,
+    check_text_length,
 )
 from llmhost.engine.base import Engine, Generation
 
@@ -104,6 +106,10 @@ class ChatService:
     ) -> ChatGeneration:
         """Start a chat. `start(model, prompt, params)` starts the generation (default: the engine's `stream`;
         the host passes its run-scoped `infer_stream`). Input errors are raised here, before any token."""
+        # Messages too long to fit are refused before the template copies them into a prompt (and it is tokenized).
+        length = sum(len(m.content or "") + sum(len(c.arguments) for c in m.tool_calls) for m in messages)
+        context = self._engine().model_info(model).context_length
+        check_text_length("the chat's messages", length, context, context, MAX_BYTES_PER_TOKEN)
         prompt, template, fmt, tools = self._prompt(model, messages, params, add_generation_prompt=True)
         inferencing = params.inferencing
         constraint = reply_constraint(tools, params.tool_choice, fmt)

@@ -41,6 +41,15 @@ MAX_BEAM_TOKENS = 4096
 MAX_LENGTH_PENALTY = 10.0
 # Continuations per `sequence.score` call (each is a fork decoded beside the others).
 MAX_SCORE_CONTINUATIONS = 256
+# Oversized texts are refused by their length before they are tokenized (tokenizing costs 60-130 times the text in
+# host memory, and seconds per megabyte). A model whose tokens are pieces of the text (llama.cpp's SentencePiece
+# and BPE vocabularies) turns N bytes into at least N / L tokens, L its longest token in bytes (Gemma 3: 48), and
+# a character is at least one byte: a text of more than room × L characters cannot fit in `room` tokens. For
+# tokenizers that normalize text (WordPiece, Unigram), for remote models tokenized by their server, and for chat
+# messages before they are rendered, L is taken as this many bytes per token (a documented cap, not a bound).
+MAX_BYTES_PER_TOKEN = 64
+# `tokenize` takes texts of at most this many bytes (UTF-8): its result is a token list the host builds whole.
+MAX_TOKENIZE_BYTES = 1024 * 1024
 U32_MAX = 2**32 - 1
 U64_MAX = 2**64 - 1
 
@@ -62,6 +71,15 @@ DEFAULT_HEADER_TIMEOUT_S = 10.0
 DEFAULT_BODY_TIMEOUT_S = 30.0
 # Open connections at once (idle keep-alive ones included); more are answered 503 and closed.
 DEFAULT_MAX_CONNECTIONS = 256
+# File descriptors kept beside the connections' at start-up (`max-connections` is checked against RLIMIT_NOFILE):
+# this many for the process's own files (model, components, logs, event loop), plus per running request (its
+# guest's captured stdout and stderr, and their reads) `FDS_PER_REQUEST`.
+FD_RESERVE = 64
+FDS_PER_REQUEST = 4
+# When descriptors run out anyway (accept fails with EMFILE), at most one warning per this many seconds.
+FD_WARNING_INTERVAL_S = 10.0
+# A chunk size over this (2^63 - 1) is malformed: 400 at once (h11 itself takes up to 20 hex digits).
+MAX_CHUNK_SIZE = 2**63 - 1
 # What one request's guest may log (stdout and stderr together): the rest is dropped, with one line saying so.
 DEFAULT_MAX_LOG_BYTES = 64 * 1024
 

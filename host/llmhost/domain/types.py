@@ -25,6 +25,7 @@ from llmhost.domain.limits import (
     MAX_SCORE_CONTINUATIONS,
     MAX_STOP_LENGTH,
     MAX_STOP_SEQUENCES,
+    MAX_TOKENIZE_BYTES,
     MAX_TOP_LOGPROBS,
     U32_MAX,
     U64_MAX,
@@ -378,6 +379,29 @@ def check_embedding_texts(texts: list[str]) -> None:
 
 # Spin's defaults for `params: none` (see the WIT doc of `inferencing-params`).
 DEFAULT_PARAMS = InferencingParams()
+
+
+def check_text_length(what: str, length: int, room: int, context_length: int, bytes_per_token: int) -> None:
+    """Refuse a text of `length` characters when it is too long to be tokenized into `room` tokens or fewer,
+    before tokenizing it: it has at least length / bytes_per_token tokens (see `MAX_BYTES_PER_TOKEN`). Costs
+    nothing (no encoding)."""
+    if length > max(room, 0) * bytes_per_token:
+        left = "" if room == context_length else f" ({max(room, 0)} of them left)"
+        raise InvalidInput(
+            f"{what} is {length} characters: more than the context window of {context_length} tokens{left} can "
+            f"hold (a token of this model is at most {bytes_per_token} bytes); shorten it or raise the model's "
+            "`context-length` in the config"
+        )
+
+
+def check_tokenize_length(text: str) -> None:
+    """`tokenize` builds its whole result: its text is capped (`MAX_TOKENIZE_BYTES`), checked before encoding."""
+    size = len(text) if len(text) > MAX_TOKENIZE_BYTES else len(text.encode())
+    if size > MAX_TOKENIZE_BYTES:
+        raise InvalidInput(
+            f"tokenize got a text of at least {size} bytes; at most {MAX_TOKENIZE_BYTES} bytes per call "
+            "(tokenize a long text in parts)"
+        )
 
 
 def check_prompt_fits(prompt_tokens: int, context_length: int) -> None:

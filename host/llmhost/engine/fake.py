@@ -21,6 +21,8 @@ from llmhost.domain.types import (
     StreamEvent,
     check_embedding_texts,
     check_prompt_fits,
+    check_text_length,
+    check_tokenize_length,
 )
 from llmhost.engine.base import TokenSequence, collect
 from llmhost.engine.generation import GenerationText
@@ -105,13 +107,19 @@ class FakeEngine:
 
     def tokenize(self, model: str, text: str) -> list[int]:
         self._check(model)
+        check_tokenize_length(text)
+        return self._tokens(text)
+
+    @staticmethod
+    def _tokens(text: str) -> list[int]:
         return [BOS] + [b + BYTE_OFFSET for b in text.encode()]
 
     def stream(self, model: str, prompt: str, params: InferencingParams) -> FakeGeneration:
         self._check(model)
         if params.constraint is not None:
             raise InvalidInput('structured output needs the llama-cpp engine (set `engine.kind = "llama-cpp"`)')
-        prompt_tokens = len(self.tokenize(model, prompt))
+        check_text_length("prompt", len(prompt), self._context_length, self._context_length, 1)  # a token a byte
+        prompt_tokens = len(self._tokens(prompt))
         check_prompt_fits(prompt_tokens, self._context_length)
         state = GenerationText(params.stop, prompt_tokens, params.max_tokens)
         return FakeGeneration(self._script, state, self._context_length)
@@ -123,7 +131,9 @@ class FakeEngine:
         self._check(model)
         check_embedding_texts(texts)
         vectors = [[float(len(t)), float(sum(t.encode()) % 97)] for t in texts]
-        count = sum(len(self.tokenize(model, t)) for t in texts)
+        for i, t in enumerate(texts):
+            check_text_length(f"text[{i}]", len(t), self._context_length, self._context_length, 1)
+        count = sum(len(self._tokens(t)) for t in texts)
         return EmbeddingsResult(embeddings=vectors, prompt_token_count=count)
 
     def open_sequence(self, model: str) -> TokenSequence:

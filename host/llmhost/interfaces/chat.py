@@ -11,7 +11,7 @@ from typing import Any
 
 from wasmtime.component import FuncType, LinkerInstance, ResourceType
 
-from llmhost.interfaces.llm import scope_streams, stream_dropped
+from llmhost.interfaces.streams import scope_streams, stream_dropped
 from llmhost.run.service import LlmService, ScopeLimits
 from llmhost.runtime import abi
 from llmhost.runtime.abi import define_functions

@@ -8,9 +8,7 @@ from typing import Any
 
 from wasmtime.component import FuncType, LinkerInstance, ResourceType
 
-from llmhost.domain.types import (
-    ModelInfo,
-)
+from llmhost.domain.types import ModelInfo
 from llmhost.interfaces.streams import STREAM_TYPE_ID, scope_streams, stream_dropped
 from llmhost.interfaces.versions import current, interface_names
 from llmhost.run.service import LlmService, ScopeLimits

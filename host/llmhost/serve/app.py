@@ -25,7 +25,7 @@ from llmhost.interfaces.http import WriteClosed, WriteInvalid
 from llmhost.run.scope import RunScope, TokenBudget
 from llmhost.runtime import abi
 from llmhost.serve.auth import UNAUTHORIZED_BODY, ApiKeys
-from llmhost.serve.component import GuestFailure, HttpComponent, HttpRequest, HttpResponse
+from llmhost.serve.component import GuestFailure, HttpComponent, HttpRequest, HttpResponse, escape_controls
 from llmhost.serve.config import ComponentSettings
 from llmhost.serve.deadline import Deadline
 
@@ -191,7 +191,7 @@ class Exchange:
             duration = time.monotonic() - self._arrived
             tokens = self._scope.tokens if self._scope is not None else 0
             status = self.status or CLIENT_CLOSED_STATUS
-            note = f" ({self.note})" if self.note else ""
+            note = f" ({escape_controls(self.note)})" if self.note else ""  # a trap's reason is the guest's text
             _log.info(
                 "[%s] %s %s %d %.3fs tokens=%d%s",
                 self.request_id,

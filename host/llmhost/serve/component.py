@@ -28,6 +28,25 @@ from llmhost.serve.config import ComponentSettings
 
 _guest_log = logging.getLogger("llmhost.serve.guest")
 
+# C0 controls but tab, DEL, and C1 controls: shown as `\xNN` in log lines, so that what a guest writes cannot move
+# a terminal's cursor or erase the prefix that names it (`ESC[2K ESC[G`), nor hide in NULs and backspaces.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x09), *range(0x0A, 0x20), 0x7F, *range(0x80, 0xA0))}
+
+
+def escape_controls(text: str) -> str:
+    r"""`text` with its control characters (see `_CONTROLS`) written as `\xNN`; every other character kept."""
+    return text.translate(_CONTROLS)
+
+
+def guest_lines(text: str) -> list[str]:
+    """A guest's output as log lines: split at newlines only (a CRLF's CR goes with it), every other control
+    character escaped, so each record is one line that begins with the prefix naming the guest."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [escape_controls(line.removesuffix("\r")) for line in lines]
+
+
 PROVIDED_INTERFACES = (*LLM_INTERFACES, *SEQUENCES_INTERFACES, *HTTP_INTERFACES)
 
 
@@ -156,7 +175,7 @@ class HttpComponent:
             self._writers.unregister(rep)
             collect()
             for name, (head, _, size) in read.items():
-                for line in head.decode("utf-8", "replace").splitlines():
+                for line in guest_lines(head.decode("utf-8", "replace")):
                     _guest_log.info("%s [%s] %s: %s", self.name, request_id, name, line)
                 if size > len(head):
                     _guest_log.warning(

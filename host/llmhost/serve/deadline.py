@@ -9,7 +9,7 @@ The policy (documented in the README's Serve section):
 - `limits.max-duration-s` caps the whole request, streaming included, however steadily it writes: a runaway guest
   is always stopped.
 - At the deadline the guest is *told* before it is stopped: its generations are cancelled (their next call
-  returns `runtime-error` naming the deadline) and its writes are still taken for `policy.DEADLINE_GRACE_S`, so it
+  returns `runtime-error` naming the deadline) and its writes are still taken for `DEADLINE_GRACE_S`, so it
   can end its response properly (an SSE stream its last event, a JSON API its error); the instance is interrupted
   (epoch) only after that grace. `response-writer.time-left-ms` reads the current deadline, so a guest can also
   wind down before it.

@@ -10,13 +10,17 @@ streaming are a few dozen lines that a framework would not save.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import errno
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -25,7 +29,7 @@ import uvicorn
 
 from llmhost.api import Host
 from llmhost.config import FakeEngineConfig
-from llmhost.domain.limits import SHUTDOWN_CANCEL_MARGIN_S
+from llmhost.domain.limits import FD_RESERVE, FD_WARNING_INTERVAL_S, FDS_PER_REQUEST, SHUTDOWN_CANCEL_MARGIN_S
 from llmhost.engine.registry import create_engine
 from llmhost.interfaces.http import WriterTable
 from llmhost.serve.app import ServeApp
@@ -69,9 +73,73 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        asyncio.get_running_loop().set_exception_handler(DescriptorWarnings().handle)
         await super().startup(sockets)
         if self.started:
             self._on_started()
+
+
+class DescriptorWarnings:
+    """The event loop's exception handler: when descriptors run out (accept fails with EMFILE/ENFILE, and asyncio
+    retries a second later), one warning per `FD_WARNING_INTERVAL_S` instead of a traceback each time;
+    everything else goes to asyncio's default handler."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._last: float | None = None
+        self.suppressed = 0
+
+    def handle(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        error = context.get("exception")
+        if not (isinstance(error, OSError) and error.errno in (errno.EMFILE, errno.ENFILE)):
+            loop.default_exception_handler(context)
+            return
+        now = self._clock()
+        if self._last is not None and now - self._last < FD_WARNING_INTERVAL_S:
+            self.suppressed += 1
+            return
+        self._last = now
+        more = f" ({self.suppressed} more since the last warning)" if self.suppressed else ""
+        self.suppressed = 0
+        _log.warning(
+            "out of file descriptors (%s): new connections wait until some close%s; lower `max-connections` or "
+            "raise the open-files limit (ulimit -n)",
+            error.strerror,
+            more,
+        )
+
+
+def plan_descriptors(max_connections: int, max_concurrency: int, soft: int, hard: int) -> tuple[int, int]:
+    """The soft RLIMIT_NOFILE to set and the max-connections to serve with: connections plus the reserve
+    (`FD_RESERVE`, `FDS_PER_REQUEST` per running request) must fit; the soft limit is raised as far as the
+    hard one allows, and max-connections lowered only when that is not enough."""
+    reserve = FD_RESERVE + FDS_PER_REQUEST * max_concurrency
+    needed = max_connections + reserve
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return soft, max_connections
+    new_soft = max(soft, needed if hard == resource.RLIM_INFINITY else min(needed, hard))
+    return new_soft, max(1, min(max_connections, new_soft - reserve))
+
+
+def fit_descriptors(max_connections: int, max_concurrency: int) -> int:
+    """Check max-connections against RLIMIT_NOFILE at start-up (raising the soft limit when it is too low);
+    returns the max-connections to serve with, said in one log line when lowered."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    new_soft, connections = plan_descriptors(max_connections, max_concurrency, soft, hard)
+    if new_soft != soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new_soft, hard))
+        _log.info("raised the open-files limit (RLIMIT_NOFILE) from %d to %d for max-connections", soft, new_soft)
+    if connections < max_connections:
+        _log.warning(
+            "max-connections lowered from %d to %d: the open-files limit is %d (hard limit %s) and %d descriptors "
+            "are kept for the server itself and its running requests",
+            max_connections,
+            connections,
+            new_soft,
+            "unlimited" if hard == resource.RLIM_INFINITY else hard,
+            new_soft - connections,
+        )
+    return connections
 
 
 def configure_logging(level: str) -> None:
@@ -111,6 +179,7 @@ def _serve(settings: ServeSettings, host: Host) -> int:
     writers = WriterTable()
     # Load (and on first use compile) every component before listening: a request never waits for a compile.
     components = {name: HttpComponent(host, component, writers) for name, component in settings.components.items()}
+    max_connections = fit_descriptors(settings.max_connections, settings.max_concurrency)
     sock = bind(*settings.listen)
     executor = ThreadPoolExecutor(max_workers=settings.max_concurrency, thread_name_prefix="llmhost-request")
     app = ServeApp(
@@ -118,10 +187,12 @@ def _serve(settings: ServeSettings, host: Host) -> int:
     )
     uvicorn_config = uvicorn.Config(
         app,
-        http=protocol_with_header_timeout(settings.header_timeout_s),
+        http=protocol_with_header_timeout(
+            settings.header_timeout_s, max(c.limits.max_body_bytes for c in settings.components.values())
+        ),
         # Connections at once, idle keep-alive ones included: more are answered 503 (and slow-loris ones are
         # closed by the header timeout, so they cannot hold the places for long).
-        limit_concurrency=settings.max_connections,
+        limit_concurrency=max_connections,
         loop="asyncio",
         ws="none",
         lifespan="off",

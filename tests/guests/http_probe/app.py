@@ -13,6 +13,9 @@
 /trap                       raise an uncaught exception (500)
 /alloc?mb=N                 allocate and touch N MB (memory limit)
 /env  /read?path=P  /list?path=P  /connect?port=N     what the sandbox lets the guest see
+/big?op=OP&bytes=N          call OP with a text of N bytes: none (only build it, and its UTF-8 copy), infer,
+                            chat, tokenize, append, score, embed; JSON {"ok": size} or {"err": {kind, message}}
+/say?text=T                 write T (percent-decoded) to stderr, then answer
 /bad-status                 return status 42 (500: not an HTTP status)
 /write-before-start         call write() before start(); JSON of the error it got
 """
@@ -146,6 +149,44 @@ def op_noise(q, writer):
     return reply({"ok": size})
 
 
+def op_big(q, writer):
+    model = q.get("model", "gemma-3-270m")
+    size = int(q.get("bytes", "1000"))
+    sentence = "The quick brown fox jumps over the lazy dog. "
+    text = (sentence * (size // len(sentence) + 1))[:size]
+    op = q.get("op", "none")
+    try:
+        if op == "none":  # what the guest itself spends: the text, and the UTF-8 copy a host call would make
+            result = len(text.encode())
+        elif op == "infer":
+            result = llm.infer(model, text, greedy(1)).usage.generated_token_count
+        elif op == "chat":
+            message = llm.ChatMessage(role=llm.ChatRole.USER, content=text, tool_calls=[], tool_call_id=None)
+            result = llm.chat(model, [message], None).usage.generated_token_count
+        elif op == "tokenize":
+            result = len(llm.tokenize(model, text))
+        elif op == "append":
+            seq = sequences.Sequence.open(model)
+            seq.append(text)
+            result = seq.len()
+        elif op == "score":
+            seq = sequences.Sequence.open(model)
+            seq.append("Hello")
+            result = seq.score([text])
+        elif op == "embed":
+            result = len(llm.generate_embeddings(model, ["short", text]).embeddings)
+        else:
+            return reply({"err": {"kind": "?", "message": f"no op {op}"}})
+    except Err as error:
+        return reply({"err": error_json(error)})
+    return reply({"ok": result})
+
+
+def op_say(q, writer):
+    sys.stderr.write(q.get("text", "") + "\n")
+    return reply({"ok": "said"})
+
+
 def op_nocontent(q, writer):
     return http.Response(status=204, headers=[], body=b"this body must not be sent")
 
@@ -236,6 +277,8 @@ OPERATIONS = {
     "/open-many": op_open_many,
     "/noise": op_noise,
     "/nocontent": op_nocontent,
+    "/big": op_big,
+    "/say": op_say,
     "/embed": op_embed,
     "/spin": op_spin,
     "/loop": op_loop,

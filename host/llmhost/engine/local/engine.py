@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING
 
 from llmhost.config import ModelConfig
 from llmhost.domain.errors import InvalidInput, ModelNotSupported
-from llmhost.domain.types import EmbeddingsResult, InferenceResult, InferencingParams, ModelInfo, check_prompt_fits
+from llmhost.domain.types import (
+    EmbeddingsResult,
+    InferenceResult,
+    InferencingParams,
+    ModelInfo,
+    check_prompt_fits,
+    check_tokenize_length,
+)
 from llmhost.engine.base import collect
 from llmhost.engine.chat_template import choose_template
 from llmhost.engine.local.llama_decoder import LlamaDecoder, llama_lib
@@ -96,11 +103,12 @@ class LlamaCppEngine:
         return ModelInfo(name=model, context_length=m.n_ctx, vocab_size=m.n_vocab)
 
     def tokenize(self, model: str, text: str) -> list[int]:
+        check_tokenize_length(text)
         return self.model(model).tokenize(text)
 
     def stream(self, model: str, prompt: str, params: InferencingParams) -> LlamaGeneration:
         m = self.model(model)
-        tokens = m.tokenize(prompt)
+        tokens = m.tokenize(prompt, room=m.n_ctx, what="prompt")
         if not tokens:
             raise InvalidInput("prompt is empty and this model adds no beginning-of-sequence token")
         check_prompt_fits(len(tokens), m.n_ctx)

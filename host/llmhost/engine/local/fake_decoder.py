@@ -64,6 +64,9 @@ class FakeDecoder:
     def tokenize(self, text: str, add_special: bool) -> list[int]:
         return ([BOS] if add_special else []) + [b + BYTE_OFFSET for b in text.encode()]
 
+    def max_token_bytes(self) -> int:
+        return 1  # a token per byte
+
     def piece(self, token: int) -> bytes:
         return bytes([token - BYTE_OFFSET]) if BYTE_OFFSET <= token < self.n_vocab else b""
 

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from llmhost.config import ModelConfig
 from llmhost.domain.errors import EngineError, InvalidInput
-from llmhost.domain.types import EmbeddingsResult, InferencingParams
+from llmhost.domain.limits import MAX_BYTES_PER_TOKEN
+from llmhost.domain.types import EmbeddingsResult, InferencingParams, check_text_length
 from llmhost.engine.local.decoder import BatchRow
 
 if TYPE_CHECKING:
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 _llama: Any = None
 _log_callback: Any = None  # kept referenced: llama.cpp holds a raw pointer to it
 _backend_lock = threading.Lock()
+# llama_vocab_type values whose tokens are pieces of the input text: SPM 1, BPE 2, RWKV 5.
+_TEXT_PIECE_VOCABS = (1, 2, 5)
 _GGML_LOG_ERROR = 4  # ggml_log_level in this llama.cpp: none 0, debug 1, info 2, warn 3, error 4, cont 5
 
 
@@ -97,6 +100,24 @@ class LlamaVocabCalls:
             if n >= 0:
                 return list(buf[:n])
             size = -n
+
+    _max_token_bytes: int | None = None
+
+    def max_token_bytes(self) -> int:
+        """The most bytes of text one token stands for (control tokens by their text, as `tokenize` parses them):
+        a text of N bytes has at least N / this many tokens. Computed once (~0.5 s for 262k tokens); tokenizers
+        that normalize text (WordPiece, Unigram) have no such bound and get `MAX_BYTES_PER_TOKEN`."""
+        if self._max_token_bytes is None:
+            longest = 1
+            if int(self.lib.llama_vocab_type(self.vocab)) in _TEXT_PIECE_VOCABS:
+                buf = ctypes.create_string_buffer(256)
+                for token in range(int(self.lib.llama_vocab_n_tokens(self.vocab))):
+                    n = self.lib.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
+                    longest = max(longest, n if n >= 0 else -n)
+            else:
+                longest = MAX_BYTES_PER_TOKEN
+            self._max_token_bytes = longest
+        return self._max_token_bytes
 
     def piece(self, token: int) -> bytes:
         """The bytes of one token (control tokens render as nothing)."""
@@ -251,6 +272,8 @@ class LlamaDecoder(LlamaVocabCalls):
         (a cancelled request or a passed deadline). The mean is computed here (pooling none) because llama.cpp's
         own mean pooling needs a whole sequence in one batch.
         """
+        for index, text in enumerate(texts):  # before any work: a text too long to fit is refused untokenized
+            check_text_length(f"text[{index}]", len(text), self.n_ctx, self.n_ctx, self.max_token_bytes())
         import numpy as np
 
         lib = self.lib

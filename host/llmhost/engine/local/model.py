@@ -23,6 +23,7 @@ from llmhost.domain.types import (
     TokenLogprob,
     TopLogprob,
     check_embedding_texts,
+    check_text_length,
 )
 from llmhost.engine.admission import AdmissionQueue
 from llmhost.engine.local.constraint_mask import TokenConstraint
@@ -100,7 +101,11 @@ class EngineModel:
             )
 
     # --- vocabulary --------------------------------------------------------------------------------------
-    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+    def tokenize(self, text: str, add_special: bool = True, room: int | None = None, what: str = "text") -> list[int]:
+        """`room`: the tokens `text` may take; a text too long for them is refused before it is tokenized (the
+        caller still checks the count)."""
+        if room is not None:
+            check_text_length(what, len(text), room, self.n_ctx, self.decoder.max_token_bytes())
         return self.decoder.tokenize(text, add_special)
 
     def piece(self, token: int) -> bytes:

@@ -91,7 +91,11 @@ def score(model: LlamaModel, source: SeqState, continuations: list[str], bounds:
     check_continuations(continuations)
     if not source.tokens:
         raise InvalidInput("the sequence is empty: append a prompt before scoring continuations")
-    tokenized = [model.tokenize(text, add_special=False) if text else [] for text in continuations]
+    room = model.n_ctx - len(source.tokens)
+    tokenized = [
+        model.tokenize(text, add_special=False, room=room, what=f"continuations[{i}]") if text else []
+        for i, text in enumerate(continuations)
+    ]
     for i, tokens in enumerate(tokenized):
         if len(source.tokens) + len(tokens) > model.n_ctx:
             raise InvalidInput(

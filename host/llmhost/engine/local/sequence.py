@@ -60,7 +60,8 @@ class LlamaSequence:
         if not text:
             return
         model = self._model
-        tokens = model.tokenize(text, add_special=not self._state.tokens)
+        room = model.n_ctx - len(self._state.tokens)
+        tokens = model.tokenize(text, add_special=not self._state.tokens, room=room, what="the appended text")
         self._add(tokens, model.texts_of(tokens, text))
 
     def append_tokens(self, tokens: list[int]) -> None:

@@ -15,10 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from llmhost.config import ModelConfig
 from llmhost.domain.errors import EngineError, InvalidInput
-from llmhost.domain.limits import DEFAULT_MODEL
-from llmhost.domain.types import (
-    InferencingParams,
-)
+from llmhost.domain.limits import DEFAULT_MODEL, MAX_BYTES_PER_TOKEN
+from llmhost.domain.types import InferencingParams, check_text_length
 from llmhost.engine.admission import AdmissionQueue
 from llmhost.engine.remote.servers import SERVERS, constraint_fields
 from llmhost.engine.text import attribute_text
@@ -158,6 +156,12 @@ class RemoteModel:
 
                 self._vocab = LlamaVocab(resolve_model_path(self.name, self.config, self.cache_dir), self.name)
             return self._vocab
+
+    def check_length(self, what: str, text: str, room: int) -> None:
+        """Refuse a text too long for `room` tokens before tokenizing it (or sending it anywhere)."""
+        vocab = self.vocab()
+        per_token = vocab.max_token_bytes() if vocab is not None else MAX_BYTES_PER_TOKEN
+        check_text_length(what, len(text), room, self.config.context_length, per_token)
 
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
         vocab = self.vocab()

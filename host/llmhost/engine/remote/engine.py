@@ -33,6 +33,7 @@ from llmhost.domain.types import (
     InferencingParams,
     ModelInfo,
     check_prompt_fits,
+    check_tokenize_length,
 )
 from llmhost.engine.base import collect
 from llmhost.engine.chat_template import TemplateInfo, choose_template
@@ -83,6 +84,7 @@ class OpenAIEngine:
         return ModelInfo(name=model, context_length=m.config.context_length, vocab_size=vocab.n_vocab if vocab else 0)
 
     def tokenize(self, model: str, text: str) -> list[int]:
+        check_tokenize_length(text)
         return self.model(model).tokenize(text)
 
     def chat_template(self, model: str) -> TemplateInfo:
@@ -98,6 +100,7 @@ class OpenAIEngine:
 
     def stream(self, model: str, prompt: str, params: InferencingParams) -> RemoteGeneration:
         m = self.model(model)
+        m.check_length("prompt", prompt, m.config.context_length)
         count = len(m.tokenize(prompt))
         if count == 0:
             raise InvalidInput("prompt is empty and this model adds no beginning-of-sequence token")
@@ -113,6 +116,8 @@ class OpenAIEngine:
         if check is not None:
             check()
         m = self.model(model)
+        for i, text in enumerate(texts):
+            m.check_length(f"text[{i}]", text, m.config.context_length)
         _, response = m.call(
             "the embeddings request",
             lambda client: client.embeddings.create(model=m.remote_name, input=texts, encoding_format="float"),

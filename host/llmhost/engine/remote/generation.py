@@ -9,13 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from llmhost.domain.errors import EngineError, LlmError
-from llmhost.domain.types import (
-    FinishReason,
-    StreamChunk,
-    StreamDone,
-    StreamEvent,
-    Usage,
-)
+from llmhost.domain.types import FinishReason, StreamChunk, StreamDone, StreamEvent, Usage
 from llmhost.engine.generation import GenerationText
 from llmhost.engine.remote.client import RemoteModel, _cause
 

@@ -7,14 +7,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from llmhost.domain.errors import InvalidInput
-from llmhost.domain.types import (
-    BeamParams,
-    FinishReason,
-    InferenceResult,
-    InferencingParams,
-    StreamDone,
-    StreamEvent,
-)
+from llmhost.domain.types import BeamParams, FinishReason, InferenceResult, InferencingParams, StreamDone, StreamEvent
 from llmhost.engine.base import UNBOUNDED, Bounds, Generation, collect
 from llmhost.engine.generation import GenerationText
 from llmhost.engine.remote.client import RemoteModel
@@ -62,6 +55,7 @@ class RemoteSequence:
         self._check_idle()
         if not text:
             return
+        self._model.check_length("the appended text", text, self._model.config.context_length - len(self._tokens))
         tokens = self._model.tokenize(text, add_special=not self._tokens)
         self._add(tokens, self._model.texts_of(tokens, text))
 

@@ -7,9 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from llmhost.domain.errors import InvalidInput
-from llmhost.domain.types import (
-    Constraint,
-)
+from llmhost.domain.types import Constraint
 
 if TYPE_CHECKING:
     pass
