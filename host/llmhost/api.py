@@ -28,6 +28,7 @@ from llmhost.domain.types import (
     StreamChunk,
 )
 from llmhost.engine.base import Engine, Generation, TokenSequence, collect
+from llmhost.engine.registry import Registry, create_registry
 from llmhost.interfaces.linker import InterfaceDefiner, build_linker
 from llmhost.interfaces.llm import INTERFACES as LLM_INTERFACES
 from llmhost.interfaces.sequences import INTERFACES as SEQUENCES_INTERFACES
@@ -101,20 +102,20 @@ class Host:
     def __init__(
         self,
         config: HostConfig | None = None,
-        engine: Engine | None = None,
+        engine: Engine | Registry | None = None,
         *,
         note: Callable[[str], None] = stderr_note,
     ) -> None:
         self.config = config if config is not None else HostConfig()
-        self._engine = engine
-        self._owns_engine = engine is None  # close only an engine this Host created
+        self._registry = engine if engine is None or isinstance(engine, Registry) else Registry.of(engine)
+        self._owns_engine = engine is None  # close only the engines this Host created
         self._note = note
         self._lock = threading.Lock()
         self._wasm_engine: WasmEngine | None = None
         self._components: ComponentCache | None = None
         self._tickers: dict[int, EpochTicker] = {}
         self._closed = False
-        self._llm = LlmService(self._get_engine)
+        self._llm = LlmService(self._get_registry)
         sandbox = self.config.sandbox
         self.limits = ScopeLimits(
             sandbox.stream_idle_timeout_s,
@@ -126,17 +127,16 @@ class Host:
     # -- engine and wasmtime, created on first use ------------------------------------------------------
 
     @property
-    def engine(self) -> Engine:
-        return self._get_engine()
+    def engine(self) -> Registry:
+        """Each model's engine (`engine.engine(model)`); created on first use."""
+        return self._get_registry()
 
-    def _get_engine(self) -> Engine:
+    def _get_registry(self) -> Registry:
         with self._lock:
             self._check_open()
-            if self._engine is None:
-                from llmhost.engine.registry import create_engine
-
-                self._engine = create_engine(self.config, note=self._note)
-            return self._engine
+            if self._registry is None:
+                self._registry = create_registry(self.config, note=self._note)
+            return self._registry
 
     def _wasm(self) -> tuple[WasmEngine, ComponentCache]:
         with self._lock:
@@ -258,7 +258,7 @@ class Host:
             if self._closed:
                 return
             self._closed = True
-            tickers, engine = list(self._tickers.values()), self._engine if self._owns_engine else None
+            tickers, engine = list(self._tickers.values()), self._registry if self._owns_engine else None
             self._tickers = {}
         for ticker in tickers:
             ticker.stop()

@@ -17,8 +17,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from llmhost.domain.types import DEFAULT_PARAMS
-
 if TYPE_CHECKING:
     from llmhost.api import Host
     from llmhost.config import HostConfig
@@ -322,7 +320,7 @@ def infer(
     choice: tuple[str, ...],
 ) -> None:
     """Complete PROMPT with MODEL (PROMPT `-` reads stdin): text to stdout, finish reason and usage to stderr."""
-    from llmhost.domain.types import Constraint, InferencingParams
+    from llmhost.domain.types import DEFAULT_PARAMS, Constraint, InferencingParams
 
     if prompt == "-":
         prompt = sys.stdin.read()

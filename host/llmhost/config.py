@@ -14,10 +14,12 @@ from llmhost.domain.limits import (
     DEFAULT_CONTEXT_LENGTH,
     DEFAULT_MODEL,
     DEFAULT_THREADS,
+    MAX_GUEST_MEMORY_MB,
     MAX_OPEN_SEQUENCES,
     MAX_OPEN_STREAMS,
     MAX_SEQUENCE_MB,
     MAX_SWAPPED_MB,
+    STREAM_IDLE_TIMEOUT_S,
 )
 
 
@@ -103,10 +105,10 @@ class SandboxConfig(_Section):
     read_only_dir: Path | None = None  # preopened read-only at `guest-dir`
     guest_dir: str = "/data"
     inherit_network: bool = False
-    max_memory_mb: int = Field(512, ge=16)
+    max_memory_mb: int = Field(MAX_GUEST_MEMORY_MB, ge=16)
     timeout_s: float | None = Field(None, gt=0)  # wall-clock limit of one guest call (epoch interruption)
     # An `inference-stream` left unread this long is cancelled (it holds an engine slot); None: never.
-    stream_idle_timeout_s: float | None = Field(60.0, gt=0)
+    stream_idle_timeout_s: float | None = Field(STREAM_IDLE_TIMEOUT_S, gt=0)
     # Run-scope quotas (see README "Run scopes"): what one run or request may hold open at once. Over a quota,
     # `open`/`fork`/`infer-stream` get `invalid-input` naming the key.
     max_open_sequences: int = Field(MAX_OPEN_SEQUENCES, ge=1)

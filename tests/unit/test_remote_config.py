@@ -12,9 +12,8 @@ from llmhost import HostConfig
 from llmhost.config import ModelConfig
 from llmhost.domain.errors import InvalidInput
 from llmhost.domain.types import Constraint, InferencingParams, LogitBias
-from llmhost.engine.registry import create_engine
+from llmhost.engine.registry import Registry, create_registry
 from llmhost.engine.remote.client import RemoteModel
-from llmhost.engine.routing import RoutingEngine
 
 
 def remote(server: str = "generic", **extra: object) -> RemoteModel:
@@ -40,12 +39,12 @@ def test_a_mixed_host_routes_each_model_to_its_backend() -> None:
     config = HostConfig.model_validate(
         {"engine": {"kind": "fake"}, "models": {"local": {}, "r": {"backend": "openai", "base-urls": ["http://h/v1"]}}}
     )
-    engine = create_engine(config)
+    engine = create_registry(config)
     try:
-        assert isinstance(engine, RoutingEngine)
+        assert isinstance(engine, Registry)
         assert engine.model_names() == ["local", "r"]
-        assert type(engine.backend("local")).__name__ == "FakeEngine"
-        assert type(engine.backend("r")).__name__ == "OpenAIEngine"
+        assert type(engine.engine("local")).__name__ == "FakeEngine"
+        assert type(engine.engine("r")).__name__ == "OpenAIEngine"
         assert [m.name for m in engine.list_models()] == ["local", "r"]
     finally:
         engine.close()

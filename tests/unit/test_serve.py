@@ -10,6 +10,7 @@ from llmhost.config import ConfigError
 from llmhost.domain.errors import EngineError, InvalidInput, ModelNotSupported
 from llmhost.domain.types import InferencingParams, StreamChunk, StreamDone
 from llmhost.engine.fake import FakeEngine
+from llmhost.engine.registry import Registry
 from llmhost.run.scope import RunScope, TokenBudget
 from llmhost.run.service import LlmService
 from llmhost.serve.config import load_app_config, resolve, settings_for
@@ -83,10 +84,11 @@ def test_one_component_form(tmp_path: Path) -> None:
 @pytest.fixture
 def service() -> LlmService:
     key = "`components.chat.allowed-models` in llmhost.toml"
-    return LlmService(lambda: ENGINE).restricted_to(frozenset({"gemma-3-270m"}), key)
+    return LlmService(lambda: REGISTRY).restricted_to(frozenset({"gemma-3-270m"}), key)
 
 
 ENGINE = FakeEngine(models=("gemma-3-270m", "other"))
+REGISTRY = Registry.of(ENGINE)
 GREEDY = InferencingParams(max_tokens=100, temperature=0.0)
 
 
@@ -105,7 +107,7 @@ def test_a_request_scope_enforces_models_and_the_token_budget(service: LlmServic
     with pytest.raises(InvalidInput, match="limit of 10 tokens"):
         service.infer("gemma-3-270m", "x", GREEDY, scope)
     assert scope.tokens == 10
-    assert LlmService(lambda: ENGINE).infer("other", "x", InferencingParams(max_tokens=2)).text == "He"  # no scope
+    assert LlmService(lambda: REGISTRY).infer("other", "x", InferencingParams(max_tokens=2)).text == "He"  # no scope
 
 
 def test_cancelling_a_scope_stops_its_generations_and_later_calls(service: LlmService) -> None:

@@ -43,6 +43,7 @@ from llmhost.domain.types import (
     check_text_length,
 )
 from llmhost.engine.base import Engine, Generation
+from llmhost.engine.registry import Registry
 
 
 class ChatGeneration(Protocol):
@@ -59,14 +60,17 @@ StartGeneration = Callable[[str, str, InferencingParams], Generation]
 
 
 class ChatService:
-    def __init__(self, engine: Callable[[], Engine]) -> None:
-        self._engine = engine
+    def __init__(self, registry: Callable[[], Registry]) -> None:
+        self._registry = registry
         self._templates: dict[tuple[str, str], ChatTemplate] = {}
         self._lock = threading.Lock()
 
+    def _engine(self, model: str) -> Engine:
+        return self._registry().engine(model)
+
     def template(self, model: str) -> ChatTemplate:
         """The model's compiled template (compiled once per template text)."""
-        info = self._engine().chat_template(model)
+        info = self._engine(model).chat_template(model)
         key = (model, info.source)
         with self._lock:
             compiled = self._templates.get(key)
@@ -108,7 +112,7 @@ class ChatService:
         the host passes its run-scoped `infer_stream`). Input errors are raised here, before any token."""
         # Messages too long to fit are refused before the template copies them into a prompt (and it is tokenized).
         length = sum(len(m.content or "") + sum(len(c.arguments) for c in m.tool_calls) for m in messages)
-        context = self._engine().model_info(model).context_length
+        context = self._engine(model).model_info(model).context_length
         check_text_length("the chat's messages", length, context, context, MAX_BYTES_PER_TOKEN)
         prompt, template, fmt, tools = self._prompt(model, messages, params, add_generation_prompt=True)
         inferencing = params.inferencing
@@ -122,7 +126,7 @@ class ChatService:
         update: dict[str, object] = {"stop": stops}
         if constraint is not None:
             update["constraint"] = constraint
-        generation = (start or self._engine().stream)(model, prompt, inferencing.model_copy(update=update))
+        generation = (start or self._engine(model).stream)(model, prompt, inferencing.model_copy(update=update))
         return ChatStream(generation, fmt if constraint is not None else None)
 
 

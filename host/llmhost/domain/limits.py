@@ -28,11 +28,29 @@ MAX_ABS_LOGIT_BIAS = 100.0
 # Run-scope quotas (defaults of `sandbox.max-open-sequences` / `sandbox.max-open-streams`): each open sequence
 # can hold a context window of KV state in host memory once swapped out (~7 MB per 1,000 tokens here).
 MAX_OPEN_SEQUENCES = 64
+MAX_OPEN_SEQUENCES_KEY = "sandbox.max-open-sequences"
 MAX_OPEN_STREAMS = 64
+MAX_OPEN_STREAMS_KEY = "sandbox.max-open-streams"
 # Default of `sandbox.max-sequence-mb`: host memory one run's sequences may hold (their swapped-out KV state).
 MAX_SEQUENCE_MB = 512
+MAX_SEQUENCE_MB_KEY = "sandbox.max-sequence-mb"
+# Default of `sandbox.stream-idle-timeout-s`: an `inference-stream` left unread this long is cancelled (it holds
+# an engine slot).
+STREAM_IDLE_TIMEOUT_S = 60.0
+STREAM_IDLE_TIMEOUT_KEY = "sandbox.stream-idle-timeout-s"
+# Default of `sandbox.max-memory-mb`: each linear memory of a guest run by `llmhost run` or the Python API.
+MAX_GUEST_MEMORY_MB = 512
 # Default of `models.NAME.max-swapped-mb`: host memory for swapped-out sequences' KV state, per model.
 MAX_SWAPPED_MB = 2048
+# The config key that grants models to a component (named in the refusal so an operator knows what to change).
+ALLOWED_MODELS_KEY = "allowed-models"
+
+
+def model_key(model: str, key: str) -> str:
+    """A model's config key, as messages name it: `models.NAME.slots`."""
+    return f"models.{model}.{key}"
+
+
 # Texts per `generate-embeddings` call (OpenAI's limit); each is also bounded by the context window.
 MAX_EMBEDDING_TEXTS = 2048
 # Beam search: beams kept per step, tokens per beam, the length-normalisation exponent.
@@ -108,4 +126,3 @@ DURATION_KEY = "limits.max-duration-s"
 MEMORY_KEY = "limits.max-memory-mb"
 BODY_KEY = "limits.max-body-bytes"
 TOKENS_KEY = "limits.max-tokens"
-ALLOWED_MODELS_KEY = "allowed-models"

@@ -48,7 +48,7 @@ class AdmissionQueue:
         self._timeout_s = timeout_s
         self._queue: collections.deque[Ticket] = collections.deque()
         self._changed = threading.Condition(lock)
-        self.admitted = 0  # tickets admitted so far (tests and stats)
+        self.admitted: collections.deque[str] = collections.deque(maxlen=256)  # the latest admissions' kinds
 
     def __len__(self) -> int:
         with self.lock:
@@ -86,7 +86,7 @@ class AdmissionQueue:
                 if head.take():
                     self._queue.popleft()
                     head.admitted = True
-                    self.admitted += 1
+                    self.admitted.append(head.kind)
                     head.on_admit()
                 elif now - head.submitted_at > self._timeout_s:
                     self._queue.popleft()
@@ -109,7 +109,10 @@ class AdmissionQueue:
         """Claim capacity now if nobody waits before us and it is free; never waits (an append that can also be
         evaluated later)."""
         with self.lock:
-            return not self._queue and take()
+            if self._queue or not take():
+                return False
+            self.admitted.append("direct")  # nobody waited: taken at once
+            return True
 
     def enter(self, kind: str, take: Callable[[], bool], check: Callable[[], None] | None = None) -> None:
         """Claim capacity in turn: at once when nobody waits and it is free, else wait in the queue (`wait`)."""

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
-from llmhost.domain.errors import EngineError
+from llmhost.domain.errors import EngineError, ModelNotSupported
 from llmhost.domain.types import (
     BeamParams,
     EmbeddingsResult,
@@ -21,6 +21,20 @@ from llmhost.domain.types import (
 
 if TYPE_CHECKING:
     from llmhost.engine.chat_template import TemplateInfo
+
+
+T = TypeVar("T")
+
+
+def configured(items: Mapping[str, T], model: str) -> T:
+    """`items[model]`, else `ModelNotSupported` naming the configured models: the one place that says so, for the
+    registry and every backend."""
+    item = items.get(model)
+    if item is None:
+        raise ModelNotSupported(
+            f"model {model!r} is not configured; known models: {', '.join(items)} (add it under [models] in the config)"
+        )
+    return item
 
 
 def _unbounded_check() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from llmhost.domain.errors import EngineError, InvalidInput, ModelNotSupported
+from llmhost.domain.errors import EngineError, InvalidInput
 from llmhost.domain.limits import DEFAULT_MODEL
 from llmhost.domain.types import (
     EmbeddingsResult,
@@ -24,7 +24,7 @@ from llmhost.domain.types import (
     check_text_length,
     check_tokenize_length,
 )
-from llmhost.engine.base import TokenSequence, collect
+from llmhost.engine.base import TokenSequence, collect, configured
 from llmhost.engine.generation import GenerationText
 
 if TYPE_CHECKING:
@@ -92,11 +92,7 @@ class FakeEngine:
         return list(self._models)
 
     def _check(self, model: str) -> None:
-        if model not in self._models:
-            raise ModelNotSupported(
-                f"model {model!r} is not configured; known models: {', '.join(self._models)} "
-                "(add it under [models] in the config)"
-            )
+        configured(dict.fromkeys(self._models, True), model)
 
     def list_models(self) -> list[ModelInfo]:
         return [self.model_info(name) for name in self._models]

@@ -1,32 +1,72 @@
-"""Build the engine a config asks for: the discriminated union `HostConfig.engine` for local models, and each
-model's `backend` (remote models go to the OpenAI-compatible backend; a mix is routed per model)."""
+"""Each model's engine, resolved once: the backend its config picked (`models.NAME.backend`), for the local models
+the discriminated union `HostConfig.engine` (llama.cpp or the fake). Callers take a model's engine from the
+registry and call it directly; nothing forwards calls."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from llmhost.config import FakeEngineConfig, HostConfig, ModelConfig
-from llmhost.engine.base import Engine
+from llmhost.domain.types import ModelInfo
+from llmhost.engine.base import Engine, configured
 
 
-def create_engine(config: HostConfig, note: Callable[[str], None] | None = None) -> Engine:
+class Registry:
+    """Model name → the engine that serves it (one engine object may serve many models), in config order."""
+
+    def __init__(self, engines: Mapping[str, Engine], order: list[str] | None = None) -> None:
+        self._engines = dict(engines)
+        self._order = order if order is not None else list(engines)
+
+    @classmethod
+    def of(cls, engine: Engine) -> Registry:
+        """Every model of one engine (an engine passed to `Host` by its caller)."""
+        return cls(dict.fromkeys(engine.model_names(), engine))
+
+    def engine(self, model: str) -> Engine:
+        """The engine of `model`; `ModelNotSupported` naming the configured models when there is none."""
+        return configured(self._engines, model)
+
+    def model(self, name: str) -> Any:
+        """The backend's own model object (tests and benchmarks read llama.cpp models' counters through it)."""
+        return self.engine(name).model(name)  # type: ignore[attr-defined]
+
+    def model_names(self) -> list[str]:
+        return list(self._order)
+
+    def list_models(self) -> list[ModelInfo]:
+        """Every configured model's facts, without loading any (0 for what is unknown until loaded)."""
+        infos: dict[str, ModelInfo] = {}
+        for engine in self._distinct():
+            infos.update((info.name, info) for info in engine.list_models())
+        return [infos[name] for name in self._order if name in infos]
+
+    def close(self) -> None:
+        for engine in self._distinct():
+            engine.close()
+
+    def _distinct(self) -> list[Engine]:
+        seen: dict[int, Engine] = {}
+        for engine in self._engines.values():
+            seen.setdefault(id(engine), engine)
+        return list(seen.values())
+
+
+def create_registry(config: HostConfig, note: Callable[[str], None] | None = None) -> Registry:
     """`note` gets progress messages (loading a model takes a second or more)."""
     local = {name: m for name, m in config.models.items() if m.backend == "llama-cpp"}
     remote = {name: m for name, m in config.models.items() if m.backend == "openai"}
-    engine = _local_engine(config, local, note) if local or not remote else None
-    if not remote:
-        assert engine is not None
-        return engine
-    # Imported here: a host with only local models never loads the HTTP client.
-    from llmhost.engine.remote.engine import OpenAIEngine
-    from llmhost.engine.routing import RoutingEngine
+    engines: dict[str, Engine] = {}
+    if local or not remote:
+        engine = _local_engine(config, local, note)
+        engines.update(dict.fromkeys(engine.model_names(), engine))
+    if remote:
+        # Imported here: a host with only local models never loads the HTTP client.
+        from llmhost.engine.remote.engine import OpenAIEngine
 
-    remote_engine = OpenAIEngine(remote, cache_dir=config.cache_dir, note=note)
-    if engine is None:
-        return remote_engine
-    routes: dict[str, Engine] = {name: engine for name in local}
-    routes.update({name: remote_engine for name in remote})
-    return RoutingEngine(routes, list(config.models))
+        engines.update(dict.fromkeys(remote, OpenAIEngine(remote, cache_dir=config.cache_dir, note=note)))
+    return Registry(engines, [name for name in config.models if name in engines] or list(engines))
 
 
 def _local_engine(config: HostConfig, models: Mapping[str, ModelConfig], note: Callable[[str], None] | None) -> Engine:

@@ -22,10 +22,6 @@ INTERFACES = interface_names("llm")
 INTERFACE = current("llm")
 
 
-# The config key that grants models to a component (named in the refusal so an operator knows what to change).
-ALLOWED_MODELS_KEY = "allowed-models"
-
-
 def define_llm(
     instance: LinkerInstance, service: LlmService, limits: ScopeLimits, imported: dict[str, FuncType]
 ) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from wasmtime.component import FuncType, LinkerInstance, ResourceType
 
 from llmhost.domain.errors import InvalidInput
+from llmhost.domain.limits import MAX_OPEN_SEQUENCES_KEY, MAX_SEQUENCE_MB_KEY
 from llmhost.engine.base import TokenSequence
 from llmhost.interfaces.streams import STREAM_TYPE_ID, scope_streams
 from llmhost.interfaces.versions import current, interface_names
@@ -25,10 +26,6 @@ INTERFACE = current("sequences")
 SEQUENCE_TYPE_ID = 2
 
 
-MAX_OPEN_KEY = "sandbox.max-open-sequences"
-MAX_SEQUENCE_MB_KEY = "sandbox.max-sequence-mb"
-
-
 def _close_all(table: HandleTable[TokenSequence]) -> None:
     for sequence in table.drain():
         sequence.close()
@@ -37,7 +34,9 @@ def _close_all(table: HandleTable[TokenSequence]) -> None:
 def scope_sequences(store: Any, limits: ScopeLimits) -> HandleTable[TokenSequence]:
     """The sequences of the run `store` belongs to (closed, freeing slots and saved KV, when the run ends)."""
     return scope_of(store).table(
-        "sequences", lambda: HandleTable[TokenSequence]("sequence", limits.max_open_sequences, MAX_OPEN_KEY), _close_all
+        "sequences",
+        lambda: HandleTable[TokenSequence]("sequence", limits.max_open_sequences, MAX_OPEN_SEQUENCES_KEY),
+        _close_all,
     )
 
 
@@ -88,7 +87,7 @@ def define_sequences(
             table.check_room()  # names the quota key
             raise InvalidInput(
                 f"beam search of width {beam_params.width} would exceed this run's limit of "
-                f"{limits.max_open_sequences} open sequences (`{MAX_OPEN_KEY}`)"
+                f"{limits.max_open_sequences} open sequences (`{MAX_OPEN_SEQUENCES_KEY}`)"
             )
         check_memory(table)
         beams = sequence.beam_search(beam_params)

@@ -15,14 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmhost.domain.errors import EngineError
+from llmhost.domain.limits import MAX_OPEN_STREAMS_KEY, STREAM_IDLE_TIMEOUT_KEY
 from llmhost.domain.types import StreamEvent
 from llmhost.engine.base import Generation
 from llmhost.run.scope import HandleTable
 from llmhost.run.service import ScopeLimits
 from llmhost.runtime.sandbox import scope_of
-
-IDLE_TIMEOUT_KEY = "sandbox.stream-idle-timeout-s"
-MAX_OPEN_KEY = "sandbox.max-open-streams"
 
 _log = logging.getLogger(__name__)
 
@@ -53,7 +51,7 @@ class StreamTable:
     ) -> None:
         self._idle_timeout_s = idle_timeout_s
         self._clock = clock
-        self._handles = HandleTable[_Handle]("stream", limit, MAX_OPEN_KEY)
+        self._handles = HandleTable[_Handle]("stream", limit, MAX_OPEN_STREAMS_KEY)
         self._lock = threading.Lock()  # starts the reaper once
         self._reaper: threading.Thread | None = None
         self._stop = threading.Event()
@@ -113,7 +111,7 @@ class StreamTable:
                     continue
                 handle.expired = (
                     f"the stream was idle for {idle:.1f} s, longer than the limit of {self._idle_timeout_s} s, "
-                    f"and was cancelled (read it more often, or raise `{IDLE_TIMEOUT_KEY}` in the config)"
+                    f"and was cancelled (read it more often, or raise `{STREAM_IDLE_TIMEOUT_KEY}` in the config)"
                 )
             handle.generation.close()
             cancelled += 1

@@ -8,7 +8,13 @@ from dataclasses import dataclass
 
 from llmhost.chat.service import ChatGeneration, ChatService, collect_chat
 from llmhost.domain.errors import ModelNotSupported
-from llmhost.domain.limits import MAX_OPEN_SEQUENCES, MAX_OPEN_STREAMS, MAX_SEQUENCE_MB
+from llmhost.domain.limits import (
+    ALLOWED_MODELS_KEY,
+    MAX_OPEN_SEQUENCES,
+    MAX_OPEN_STREAMS,
+    MAX_SEQUENCE_MB,
+    STREAM_IDLE_TIMEOUT_S,
+)
 from llmhost.domain.types import (
     ChatMessage,
     ChatParams,
@@ -20,36 +26,37 @@ from llmhost.domain.types import (
     Tool,
 )
 from llmhost.engine.base import Engine, Generation, TokenSequence, collect
+from llmhost.engine.registry import Registry
 from llmhost.run.scope import RunScope, ScopedGeneration, ScopedSequence
-
-# The config key that grants models to a component (named in the refusal so an operator knows what to change).
-ALLOWED_MODELS_KEY = "allowed-models"
 
 
 class LlmService:
     """The interface's functions on domain types, shared by guests and the Python API.
 
-    `engine` is a factory so that the (slow) engine is created only when a model is first used. Each function
+    `registry` is a factory so that the (slow) engines are created only when a model is first used. Each function
     raises `LlmError` for expected failures; `define_llm` turns those into WIT `err` values. Guest calls pass
     their run's `scope`: the run owns their generations (cancelled with it, counted into its token budget).
     """
 
     def __init__(
         self,
-        engine: Callable[[], Engine],
+        registry: Callable[[], Registry],
         allowed_models: frozenset[str] | None = None,
         allowed_key: str = f"`{ALLOWED_MODELS_KEY}` in the config",
         chat: ChatService | None = None,
     ) -> None:
-        self._engine = engine
+        self._registry = registry
         self._allowed_models = allowed_models
         self._allowed_key = allowed_key
-        self._chat = chat if chat is not None else ChatService(engine)
+        self._chat = chat if chat is not None else ChatService(registry)
 
     def restricted_to(self, allowed_models: frozenset[str] | None, key: str | None = None) -> LlmService:
         """The same engine, serving only `allowed_models` (None: every configured model); `key` names the config
         key that grants them, for the refusal."""
-        return LlmService(self._engine, allowed_models, key or self._allowed_key, self._chat)
+        return LlmService(self._registry, allowed_models, key or self._allowed_key, self._chat)
+
+    def _engine(self, model: str) -> Engine:
+        return self._registry().engine(model)
 
     def _check(self, model: str, scope: RunScope | None) -> None:
         if scope is not None:
@@ -65,7 +72,7 @@ class LlmService:
     ) -> InferenceResult:
         if scope is None:
             self._check(model, None)
-            return self._engine().infer(model, prompt, params)
+            return self._engine(model).infer(model, prompt, params)
         return collect(self.infer_stream(model, prompt, params, scope))
 
     def infer_stream(
@@ -74,26 +81,26 @@ class LlmService:
         """Validate and start a generation; input errors are raised here, before any token is generated."""
         self._check(model, scope)
         if scope is None:
-            return self._engine().stream(model, prompt, params)
-        return ScopedGeneration(self._engine().stream(model, prompt, scope.clamp(params)), scope)
+            return self._engine(model).stream(model, prompt, params)
+        return ScopedGeneration(self._engine(model).stream(model, prompt, scope.clamp(params)), scope)
 
     def open_sequence(self, model: str, scope: RunScope | None = None) -> TokenSequence:
         self._check(model, scope)
-        sequence = self._engine().open_sequence(model)
+        sequence = self._engine(model).open_sequence(model)
         return sequence if scope is None else ScopedSequence(sequence, scope)
 
     def tokenize(self, model: str, text: str, scope: RunScope | None = None) -> list[int]:
         self._check(model, scope)
-        return self._engine().tokenize(model, text)
+        return self._engine(model).tokenize(model, text)
 
     def model_info(self, model: str, scope: RunScope | None = None) -> ModelInfo:
         self._check(model, scope)
-        return self._engine().model_info(model)
+        return self._engine(model).model_info(model)
 
     def list_models(self) -> list[ModelInfo]:
         """The models this component may use."""
         allowed = self._allowed_models
-        return [info for info in self._engine().list_models() if allowed is None or info.name in allowed]
+        return [info for info in self._registry().list_models() if allowed is None or info.name in allowed]
 
     # -- chat: the prompt comes from the model's template; the generation is an `infer_stream` of this run ------
     def chat_stream(
@@ -123,14 +130,14 @@ class LlmService:
     def embeddings(self, model: str, texts: list[str], scope: RunScope | None = None) -> EmbeddingsResult:
         self._check(model, scope)
         # Between chunks the call stops when the run is cancelled (disconnect, deadline, shutdown).
-        return self._engine().embeddings(model, texts, scope.check if scope is not None else None)
+        return self._engine(model).embeddings(model, texts, scope.check if scope is not None else None)
 
 
 @dataclass(frozen=True)
 class ScopeLimits:
     """The per-run quotas and the stream idle limit (from the `sandbox` config section)."""
 
-    stream_idle_timeout_s: float | None = 60.0
+    stream_idle_timeout_s: float | None = STREAM_IDLE_TIMEOUT_S
     max_open_streams: int = MAX_OPEN_STREAMS
     max_open_sequences: int = MAX_OPEN_SEQUENCES
     max_sequence_bytes: int = MAX_SEQUENCE_MB * 1024 * 1024

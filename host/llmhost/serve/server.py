@@ -30,7 +30,7 @@ import uvicorn
 from llmhost.api import Host
 from llmhost.config import FakeEngineConfig
 from llmhost.domain.limits import FD_RESERVE, FD_WARNING_INTERVAL_S, FDS_PER_REQUEST, SHUTDOWN_CANCEL_MARGIN_S
-from llmhost.engine.registry import create_engine
+from llmhost.engine.registry import create_registry
 from llmhost.interfaces.http import WriterTable
 from llmhost.serve.app import ServeApp
 from llmhost.serve.component import HttpComponent
@@ -167,7 +167,7 @@ def run(settings: ServeSettings, log_level: str = "info") -> int:
     """Serve until SIGINT/SIGTERM; returns the exit status (0 after a graceful shutdown)."""
     configure_logging(log_level)
     config = settings.host
-    engine = create_engine(config)
+    engine = create_registry(config)
     try:
         with Host(config, engine=engine, note=lambda message: _log.info("%s", message)) as host:
             return _serve(settings, host)

@@ -14,6 +14,7 @@ from llmhost.chat.template import ChatTemplate
 from llmhost.domain.errors import InvalidInput
 from llmhost.domain.types import ChatMessage, ChatRole, Tool, ToolCall
 from llmhost.engine.chat_template import GEMMA3_TEMPLATE, TemplateInfo, template_source
+from llmhost.engine.registry import Registry
 
 CHATML_TOOLS = (Path(__file__).parent / "chatml_tools.jinja").read_text()
 
@@ -35,11 +36,15 @@ class TemplateEngine:
     def chat_template(self, model: str) -> TemplateInfo:
         return self.info
 
+    def model_names(self) -> list[str]:
+        return ["m"]
+
 
 def service(source: str, bos: str = "<bos>", add_bos: bool = True) -> ChatService:
     info = TemplateInfo(source=source, origin="test", bos_token=bos, eos_token="<eos>", add_bos=add_bos)
     engine: Any = TemplateEngine(info)
-    return ChatService(lambda: engine)
+    registry = Registry.of(engine)
+    return ChatService(lambda: registry)
 
 
 def msg(role: str, content: str | None = None, **kw: Any) -> ChatMessage:

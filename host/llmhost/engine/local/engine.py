@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llmhost.config import ModelConfig
-from llmhost.domain.errors import InvalidInput, ModelNotSupported
+from llmhost.domain.errors import InvalidInput
 from llmhost.domain.types import (
     EmbeddingsResult,
     InferenceResult,
@@ -23,7 +23,7 @@ from llmhost.domain.types import (
     check_prompt_fits,
     check_tokenize_length,
 )
-from llmhost.engine.base import collect
+from llmhost.engine.base import collect, configured
 from llmhost.engine.chat_template import choose_template
 from llmhost.engine.local.llama_decoder import LlamaDecoder, llama_lib
 from llmhost.engine.local.model import EngineModel
@@ -67,12 +67,7 @@ class LlamaCppEngine:
 
     def model(self, name: str) -> EngineModel:
         """The loaded model (loaded on first use, then shared by every call)."""
-        config = self._configs.get(name)
-        if config is None:
-            raise ModelNotSupported(
-                f"model {name!r} is not configured; known models: {', '.join(self._configs)} "
-                "(add it under [models] in the config)"
-            )
+        config = configured(self._configs, name)
         with self._load_lock:
             loaded = self._loaded.get(name)
             if loaded is None:

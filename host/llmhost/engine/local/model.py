@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmhost.config import ModelConfig
 from llmhost.domain.errors import EngineError, InvalidInput
+from llmhost.domain.limits import model_key
 from llmhost.domain.types import (
     Constraint,
     EmbeddingsResult,
@@ -49,9 +50,8 @@ class EngineModel:
         # Decode threads on every core the process may use, and no GPU doing the work (see scheduler.READER_TURN_S)
         self.cpu_bound = config.n_gpu_layers == 0 and config.threads >= len(os.sched_getaffinity(0))
         # Every kind of work waits for slots (or the embedding context) in this one queue, in arrival order.
-        self.admission = AdmissionQueue(
-            self.lock, f"all {decoder.n_slots} sequence slots of {name}", f"models.{name}.slots"
-        )
+        slots = f"all {decoder.n_slots} sequence slots of {name}"
+        self.admission = AdmissionQueue(self.lock, slots, model_key(name, "slots"))
         self.scheduler = Scheduler(self)
         self.slots = SlotPool(decoder, decoder.n_slots, self.lock, name, on_free=self._freed)
         self._embedding = False  # the embedding context is in use
@@ -71,8 +71,20 @@ class EngineModel:
         self.scheduler.wake()
 
     def attach(self, state: SeqState, kind: str, check: Callable[[], None] | None = None) -> None:
-        """Give `state` a slot, waiting in the admission queue in turn (`check()` may raise to stop waiting)."""
-        self.admission.enter(kind, lambda: self.slots.attach(state), check)
+        """Give `state` a slot, waiting in the admission queue in turn (`check()` may raise to stop waiting).
+        Returns with the lock held (callers hold it around the work on the slot)."""
+        was_busy = state.busy
+
+        def take() -> bool:
+            if not self.slots.attach(state):
+                return False
+            # Reserved (not evicted by the next ticket's take) until this caller, woken, holds the lock again.
+            state.busy = True
+            return True
+
+        with self.lock:
+            self.admission.enter(kind, take, check)
+            state.busy = was_busy
 
     @property
     def free_slots(self) -> int:
@@ -97,7 +109,7 @@ class EngineModel:
         if self.slots.swapped_bytes >= limit:
             raise InvalidInput(
                 f"model {self.name!r} holds {self.slots.swapped_bytes / 2**20:.0f} MB of swapped-out sequences, its "
-                f"limit (close some sequences, or raise `models.{self.name}.max-swapped-mb` in the config)"
+                f"limit (close some sequences, or raise `{model_key(self.name, 'max-swapped-mb')}` in the config)"
             )
 
     # --- vocabulary --------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmhost.config import ModelConfig
 from llmhost.domain.errors import EngineError, InvalidInput
-from llmhost.domain.limits import DEFAULT_MODEL, MAX_BYTES_PER_TOKEN
+from llmhost.domain.limits import DEFAULT_MODEL, MAX_BYTES_PER_TOKEN, model_key
 from llmhost.domain.types import InferencingParams, check_text_length
 from llmhost.engine.admission import AdmissionQueue
 from llmhost.engine.remote.servers import SERVERS, constraint_fields
@@ -55,7 +55,7 @@ class RemoteModel:
         # Requests in flight, bounded by `slots`: callers wait in the same FIFO type as a local model's work.
         self._inflight = 0
         self.admission = AdmissionQueue(
-            threading.RLock(), f"all {config.slots} requests in flight of {name}", f"models.{name}.slots"
+            threading.RLock(), f"all {config.slots} requests in flight of {name}", model_key(name, "slots")
         )
         self.cache_dir = cache_dir
         self._vocab: LlamaVocab | None = None

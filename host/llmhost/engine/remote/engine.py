@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llmhost.config import ModelConfig
-from llmhost.domain.errors import InvalidInput, ModelNotSupported
+from llmhost.domain.errors import InvalidInput
 from llmhost.domain.limits import DEFAULT_MODEL
 from llmhost.domain.types import (
     EmbeddingsResult,
@@ -35,7 +35,7 @@ from llmhost.domain.types import (
     check_prompt_fits,
     check_tokenize_length,
 )
-from llmhost.engine.base import collect
+from llmhost.engine.base import collect, configured
 from llmhost.engine.chat_template import TemplateInfo, choose_template
 from llmhost.engine.generation import GenerationText
 from llmhost.engine.remote.client import RemoteModel
@@ -63,12 +63,7 @@ class OpenAIEngine:
         return list(self._configs)
 
     def model(self, name: str) -> RemoteModel:
-        config = self._configs.get(name)
-        if config is None:
-            raise ModelNotSupported(
-                f"model {name!r} is not configured; known models: {', '.join(self._configs)} "
-                "(add it under [models] in the config)"
-            )
+        config = configured(self._configs, name)
         with self._lock:
             m = self._models.get(name)
             if m is None:
