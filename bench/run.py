@@ -40,6 +40,7 @@ from llmhost.build.compile import build_component
 from llmhost.config import FakeEngineConfig, ModelConfig
 from llmhost.engine.local.llama_decoder import llama_lib
 from llmhost.engine.local.models import default_model_path
+from llmhost.run.scope import RunScope
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "gemma-3-270m"
@@ -281,9 +282,12 @@ def instantiate_p50(host: Host, wasm: Path, n: int = 20) -> float:
     app = host.load(wasm)
     times = []
     for _ in range(n):
+        scope = RunScope("bench")
         start = time.perf_counter()
-        app.instantiate()
+        store, _ = app.instantiate(scope=scope)
         times.append(time.perf_counter() - start)
+        store.close()
+        scope.close()
     return statistics.median(times)
 
 

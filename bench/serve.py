@@ -22,7 +22,8 @@ from pathlib import Path
 
 from llmhost import FakeEngineConfig, Host, HostConfig
 from llmhost.build.compile import build_component
-from llmhost.interfaces.http import HTTP_INTERFACE, WriterTable, define_http
+from llmhost.interfaces.http import HTTP_INTERFACE, define_http
+from llmhost.run.scope import RunScope
 from llmhost.runtime.sandbox import new_store
 from llmhost.serve.component import HttpComponent, HttpRequest
 from llmhost.serve.config import AppConfig, resolve, single_component
@@ -78,15 +79,17 @@ def instance_cost(wasm: Path, cache_dir: Path, n: int = 50) -> tuple[float, floa
     config = HostConfig(engine=FakeEngineConfig(), cache_dir=cache_dir)
     settings = resolve(single_component(AppConfig(), wasm), "bench").components[wasm.stem]
     with Host(config) as host:
-        component = HttpComponent(host, settings, WriterTable())
-        writers = WriterTable()
-        linked = host.link(wasm, extra={HTTP_INTERFACE: lambda inst, funcs: define_http(inst, writers, funcs)})
+        component = HttpComponent(host, settings)
+        linked = host.link(wasm, extra={HTTP_INTERFACE: define_http})
         creates, calls = [], []
         request = HttpRequest("GET", "/", [], b"")
         for _ in range(n):
             started = time.perf_counter()
-            store = new_store(linked.engine, settings.sandbox, [wasm.name])
+            scope = RunScope("bench")
+            store = new_store(linked.engine, settings.sandbox, [wasm.name], scope=scope)
             linked.linker.instantiate(store, linked.component)
+            store.close()
+            scope.close()
             creates.append(time.perf_counter() - started)
             started = time.perf_counter()
             component.handle(request, None, 10.0)  # type: ignore[arg-type]

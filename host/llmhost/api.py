@@ -294,11 +294,11 @@ class App:
         *,
         stdout: CapturedOutput | None = None,
         stderr: CapturedOutput | None = None,
-        scope: RunScope | None = None,
+        scope: RunScope,
     ) -> tuple[Store, Instance]:
         """A fresh sandboxed store and instance of this component (what every `run` starts with). What the
-        guest opens belongs to `scope` (a new one if not given): close it to free it all."""
-        store = new_store(self._engine, self.host.config.sandbox, [self.name, *args], stdout, stderr, scope)
+        guest opens belongs to `scope`, the caller's: close it, then the store, to free it all."""
+        store = new_store(self._engine, self.host.config.sandbox, [self.name, *args], stdout, stderr, scope=scope)
         try:
             return store, self._linker.instantiate(store, self._component)
         except WasmtimeError as error:

@@ -15,10 +15,10 @@ from wasmtime.component import FuncType, LinkerInstance, ResourceType
 
 from llmhost.domain.errors import LlmError
 from llmhost.interfaces.versions import current, interface_names
-from llmhost.run.scope import HandleTable
+from llmhost.run.scope import HandleTable, RunScope
 from llmhost.runtime import abi
 from llmhost.runtime.host_funcs import add_func
-from llmhost.runtime.sandbox import deadline_ticks
+from llmhost.runtime.sandbox import deadline_ticks, scope_of
 
 HTTP_INTERFACES = interface_names("http")
 HANDLER_INTERFACES = interface_names("handler")
@@ -61,7 +61,8 @@ class ResponseWriter(Protocol):
 
 
 class WriterTable(HandleTable["ResponseWriter"]):
-    """Writers lent to guests, by handle rep (the server's one table; every request runs on its own thread)."""
+    """Writers lent to a run's guest, by handle rep: a table in the request's run scope (`writers_of`), closed
+    with it."""
 
     def __init__(self) -> None:
         super().__init__("response writer")
@@ -79,16 +80,22 @@ class WriterTable(HandleTable["ResponseWriter"]):
         return writer
 
 
-def define_http(instance: LinkerInstance, writers: WriterTable, imported: dict[str, FuncType]) -> None:
+def writers_of(scope: RunScope) -> WriterTable:
+    """The response writers of a request's run scope (forgotten with it: the writers are the server's)."""
+    table: WriterTable = scope.table("writers", WriterTable, lambda writers: writers.drain())
+    return table
+
+
+def define_http(instance: LinkerInstance, imported: dict[str, FuncType]) -> None:
     """Register the `http` interface's resource and methods, typed by the component's own imports."""
 
     def start(store: Any, this: Any, status: int, headers: Any) -> None:
-        writer = writers.get(abi.resource_rep(store, this))
+        writer = writers_of(scope_of(store)).get(abi.resource_rep(store, this))
         writer.start(status, abi.http_fields_from_wit(headers))
         _extend_epoch(store, writer)
 
     def write(store: Any, this: Any, chunk: bytes) -> None:
-        writer = writers.get(abi.resource_rep(store, this))
+        writer = writers_of(scope_of(store)).get(abi.resource_rep(store, this))
         writer.write(bytes(chunk))
         _extend_epoch(store, writer)
 
@@ -103,7 +110,7 @@ def define_http(instance: LinkerInstance, writers: WriterTable, imported: dict[s
             encoder = abi.ResultEncoder.from_wit(func_type.result)
             add_func(instance, name, abi.guarded(methods[name], lambda _: None, encoder, with_store=True), func_type)
         elif name == "[method]response-writer.time-left-ms":
-            add_func(instance, name, lambda store, this: _time_left_ms(writers, store, this), func_type)
+            add_func(instance, name, lambda store, this: _time_left_ms(store, this), func_type)
 
 
 def _extend_epoch(store: Any, writer: ResponseWriter) -> None:
@@ -115,8 +122,8 @@ def _extend_epoch(store: Any, writer: ResponseWriter) -> None:
         ffi.wasmtime_context_set_epoch_deadline(store._context(), deadline_ticks(budget))
 
 
-def _time_left_ms(writers: WriterTable, store: Any, this: Any) -> int:
+def _time_left_ms(store: Any, this: Any) -> int:
     try:
-        return max(0, int(writers.get(abi.resource_rep(store, this)).time_left_ms()))
+        return max(0, int(writers_of(scope_of(store)).get(abi.resource_rep(store, this)).time_left_ms()))
     except Exception:  # no error case in the WIT: a writer of an ended request has no time left
         return 0

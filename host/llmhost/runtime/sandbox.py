@@ -115,11 +115,12 @@ def new_store(
     argv: list[str],
     stdout: CapturedOutput | None = None,
     stderr: CapturedOutput | None = None,
-    scope: RunScope | None = None,
+    *,
+    scope: RunScope,
 ) -> Store:
-    """A sandboxed store whose data is `scope` (host functions find the run's handles there; see
-    `runtime.scope`). The caller closes the scope, then the store, when the run ends."""
-    store = Store(engine, scope if scope is not None else RunScope())
+    """A sandboxed store whose data is `scope` (host functions find the run's handles there; see `run.scope`).
+    The caller owns both: it closes the scope, then the store, when the run ends."""
+    store = Store(engine, scope)
     store.set_wasi(wasi_config(sandbox, argv, stdout, stderr))
     # The limit applies to each linear memory; a guest that hits it sees allocation failure (Python: MemoryError).
     store.set_limits(memory_size=sandbox.max_memory_mb * 1024 * 1024)

@@ -16,8 +16,8 @@ from llmhost.interfaces.http import (
     HTTP_INTERFACES,
     WRITER_TYPE_ID,
     ResponseWriter,
-    WriterTable,
     define_http,
+    writers_of,
 )
 from llmhost.interfaces.llm import INTERFACES as LLM_INTERFACES
 from llmhost.interfaces.sequences import INTERFACES as SEQUENCES_INTERFACES
@@ -75,17 +75,14 @@ class GuestFailure(Exception):
 
 
 class HttpComponent:
-    def __init__(self, host: Host, settings: ComponentSettings, writers: WriterTable) -> None:
+    def __init__(self, host: Host, settings: ComponentSettings) -> None:
         self.settings = settings
         self.name = settings.name
-        self._writers = writers
         linked = host.link(
             settings.source,
             allowed_models=settings.allowed_models,
             allowed_key=settings.key(f"components.{settings.name}.{ALLOWED_MODELS_KEY}"),
-            extra={
-                name: lambda instance, imported: define_http(instance, writers, imported) for name in HTTP_INTERFACES
-            },
+            extra={name: lambda instance, imported: define_http(instance, imported) for name in HTTP_INTERFACES},
         )
         self.compiled = linked.compiled
         self._engine, self._component, self._linker = linked.engine, linked.component, linked.linker
@@ -142,9 +139,10 @@ class HttpComponent:
             return head if size <= len(head) else head + b"\n...\n" + tail
 
         sandbox = self.settings.sandbox.model_copy(update={"timeout_s": max(deadline_s, 0.001)})
-        rep = self._writers.register(writer)
-        # The request's scope (its cancellation and token budget come from the server) owns what the guest opens.
+        # The request's scope (its cancellation and token budget come from the server) owns what the guest opens,
+        # its response writer included.
         scope = scope if scope is not None else RunScope(f"request to {self.name}")
+        rep = writers_of(scope).register(writer)
         store: Store | None = None
         try:
             store = new_store(
@@ -172,7 +170,6 @@ class HttpComponent:
             scope.close()
             if store is not None:
                 store.close()
-            self._writers.unregister(rep)
             collect()
             for name, (head, _, size) in read.items():
                 for line in guest_lines(head.decode("utf-8", "replace")):

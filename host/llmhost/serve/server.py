@@ -31,7 +31,6 @@ from llmhost.api import Host
 from llmhost.config import FakeEngineConfig
 from llmhost.domain.limits import FD_RESERVE, FD_WARNING_INTERVAL_S, FDS_PER_REQUEST, SHUTDOWN_CANCEL_MARGIN_S
 from llmhost.engine.registry import create_registry
-from llmhost.interfaces.http import WriterTable
 from llmhost.serve.app import ServeApp
 from llmhost.serve.component import HttpComponent
 from llmhost.serve.config import ServeSettings
@@ -176,9 +175,8 @@ def run(settings: ServeSettings, log_level: str = "info") -> int:
 
 
 def _serve(settings: ServeSettings, host: Host) -> int:
-    writers = WriterTable()
     # Load (and on first use compile) every component before listening: a request never waits for a compile.
-    components = {name: HttpComponent(host, component, writers) for name, component in settings.components.items()}
+    components = {name: HttpComponent(host, component) for name, component in settings.components.items()}
     max_connections = fit_descriptors(settings.max_connections, settings.max_concurrency)
     sock = bind(*settings.listen)
     executor = ThreadPoolExecutor(max_workers=settings.max_concurrency, thread_name_prefix="llmhost-request")
