@@ -66,7 +66,7 @@ browser:
 	  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver; }
 
 test: lint browser
-	$(BIN)/pytest -q tests
+	$(BIN)/pytest -q --durations=25 tests
 
 test-fast: install
 	$(BIN)/pytest -q tests/unit

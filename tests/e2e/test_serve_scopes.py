@@ -93,6 +93,33 @@ def test_embeddings_interleave_with_a_stream_and_stop_at_the_deadline(server: Se
     json.dumps(outcome, default=str)
 
 
+def test_a_score_past_its_deadline_stops_and_an_infer_answers_right_after(server: Server) -> None:
+    """`score` is bounded like a generation: 2 continuations of 300 words (a logits row for each of their ~1,800
+    tokens, within the budget) take far longer than the deadline on this CPU, but the deadline cancels the score
+    within one decode step, and the model is free for the next request."""
+    started = time.monotonic()
+    status, body = server.request("GET", "/score?n=2&words=300")
+    elapsed = time.monotonic() - started
+    assert status == 504 or (status == 500 and json.loads(body)["err"]["kind"] == "runtime-error"), (status, body)
+    assert elapsed < DEADLINE_S + 5, elapsed  # the deadline plus the grace, not the minutes scoring would take
+    # The very next request is served at once: nothing is still scoring in the background.
+    started = time.monotonic()
+    assert server.get_json("/infer?max_tokens=4")["ok"]["generated"] == 4
+    infer_s = time.monotonic() - started
+    started = time.monotonic()
+    assert server.get_json("/infer?max_tokens=4")["ok"]["generated"] == 4
+    assert infer_s < 3 * (time.monotonic() - started) + 2.0, infer_s  # no more than a step's wait plus its own time
+
+
+def test_a_score_over_the_token_budget_is_refused_before_any_work(server: Server) -> None:
+    started = time.monotonic()
+    status, body = server.request("GET", "/score?n=16&words=300")  # ~16 × 900 tokens: over max-tokens = 4000
+    assert time.monotonic() - started < DEADLINE_S  # refused up front, not cut off at the deadline
+    result = json.loads(body)
+    assert status == 500 and result["err"]["kind"] == "invalid-input", result
+    assert "limits.max-tokens" in result["err"]["message"]
+
+
 def test_trapping_requests_release_their_memory_at_once(server: Server) -> None:
     # A trap leaves the instance in a reference cycle with the exception; the store is closed with the request
     # anyway, so its memory is gone before the next request, not at the next garbage collection.

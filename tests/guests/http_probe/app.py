@@ -16,6 +16,7 @@
 /big?op=OP&bytes=N          call OP with a text of N bytes: none (only build it, and its UTF-8 copy), infer,
                             chat, tokenize, append, score, embed; JSON {"ok": size} or {"err": {kind, message}}
 /say?text=T                 write T (percent-decoded) to stderr, then answer
+/score?n=N&words=W          score N continuations of W words each on one sequence; JSON {"ok": N} or {"err": ...}
 /bad-status                 return status 42 (500: not an HTTP status)
 /write-before-start         call write() before start(); JSON of the error it got
 """
@@ -118,6 +119,17 @@ def op_hold(q, writer):
 
 
 HELD = []
+
+
+def op_score(q, writer):
+    seq = sequences.Sequence.open(q.get("model", "gemma-3-270m"))
+    seq.append("Here is a long list of words:")
+    words = " ".join(f"word{i}" for i in range(int(q.get("words", "300"))))
+    try:
+        scores = seq.score([f" {words} {j}" for j in range(int(q.get("n", "16")))])
+    except Err as error:
+        return reply({"err": error_json(error)}, 500)
+    return reply({"ok": len(scores)})
 
 
 def op_open_many(q, writer):
@@ -283,6 +295,7 @@ OPERATIONS = {
     "/spin": op_spin,
     "/loop": op_loop,
     "/stall": op_stall,
+    "/score": op_score,
     "/trap": op_trap,
     "/alloc": op_alloc,
     "/env": op_env,

@@ -317,6 +317,7 @@ class Scheduler:
                 self._waiting.discard(job)
                 assert job.ticket is not None
                 self.model.admission.cancel(job.ticket)
+                job.ticket = None
             if job in self._active:
                 self._active.remove(job)
             running = not job.ended
@@ -460,6 +461,9 @@ class Scheduler:
     def _admitted(self, job: LlamaGeneration) -> None:
         """`job` got its slot, in the admission queue's order (model lock held; on whichever thread admitted it)."""
         self._waiting.discard(job)
+        # The ticket's callbacks refer to the job: dropping it leaves no reference cycle, so the job is freed (and
+        # its `__del__` cancels it) when its reader lets go, never by the cyclic collector inside a locked region.
+        job.ticket = None
         job.start()
         if len(job.state.tokens) >= self.model.n_ctx:  # a full window: nothing can be generated
             job.push(StreamDone(finish_reason=FinishReason.LENGTH, usage=job.text.usage))
@@ -471,6 +475,7 @@ class Scheduler:
     def _refused(self, job: LlamaGeneration, error: LlmError) -> None:
         """`job` waited past the admission timeout (model lock held)."""
         self._waiting.discard(job)
+        job.ticket = None
         job.push(error)
         job.finish()
 
