@@ -1,0 +1,199 @@
+"""Build a Python guest (a directory with `app.py`) into a component with componentize-py.
+
+componentize-py takes ~20 s per build, so outputs are cached under `cache_dir/guests`, keyed by everything
+that goes into the build: the app's files, the WIT files, the world and the componentize-py version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from llmhost.config import default_cache_dir
+from llmhost.build.errors import BuildError
+
+APP_MODULE = "app"  # the guest's entry module: `app.py` defining `class WitWorld(WitWorld)`
+COMPONENTIZE_PY = "componentize-py"
+# Build products and tool caches in an app dir: not sources, and they change between identical builds.
+IGNORED_DIRS = {"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".git"}
+IGNORED_SUFFIXES = {".pyc", ".pyo", ".wasm"}
+
+
+# Every guest `llmhost build` produces starts with this prelude. componentize-py's `sys.stdout`/`sys.stderr` write
+# straight to WASI, which takes at most 64 KiB per write and drops the rest without an error: the prelude puts a
+# writer in front that retries until every byte is written (unbuffered, so nothing waits for a flush).
+PRELUDE_MODULE = "_llmhost_prelude"
+ENTRY_MODULE = "_llmhost_entry"
+PRELUDE = """\
+import io
+import os
+import sys
+
+
+class _WholeWrites(io.RawIOBase):
+    def __init__(self, fd):
+        self._fd = fd
+
+    def writable(self):
+        return True
+
+    def fileno(self):
+        return self._fd
+
+    def write(self, data):
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            written = os.write(self._fd, view[done:])
+            if written <= 0:
+                raise OSError("write returned 0")
+            done += written
+        return done
+
+
+def _install():
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        stream = io.TextIOWrapper(_WholeWrites(fd), encoding="utf-8", errors="backslashreplace", write_through=True)
+        setattr(sys, name, stream)
+        setattr(sys, "__" + name + "__", stream)
+
+
+_install()
+"""
+ENTRY = f"import {PRELUDE_MODULE}  # noqa: F401\nfrom {APP_MODULE} import *  # noqa: F403\n"
+
+
+def wit_dir() -> Path:
+    """The canonical WIT: `wit/` at the root of a source checkout, else `llmhost/wit` inside the package."""
+    here = Path(__file__).resolve().parents[1]  # the package directory
+    for candidate in (here.parents[1] / "wit", here / "wit"):
+        if (candidate / "llm.wit").is_file():  # wit/0.1.0/ below it holds the previous version's WIT
+            return candidate
+    raise BuildError(f"the WIT files were not found next to {here} (a broken install? reinstall llmhost)")
+
+
+def guest_sdk_dir() -> Path:
+    """The directory holding the `llmhost_guest` package (the guest SDK), put on every guest's module path."""
+    return Path(__file__).resolve().parents[1] / "guest_sdk"
+
+
+def componentize_py() -> str:
+    """componentize-py from this interpreter's environment first (the pinned version), else from PATH."""
+    beside = Path(sys.executable).parent / COMPONENTIZE_PY
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which(COMPONENTIZE_PY)
+    if found is None:
+        raise BuildError(f"{COMPONENTIZE_PY} was not found (install it: pip install componentize-py==0.25.1)")
+    return found
+
+
+def _tool_version(tool: str) -> str:
+    result = subprocess.run([tool, "--version"], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise BuildError(f"`{tool} --version` failed: {result.stderr.strip()}")
+    return result.stdout.strip()
+
+
+def _source_files(root: Path) -> Iterator[Path]:
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root)
+        if path.is_file() and not IGNORED_DIRS.intersection(relative.parts) and path.suffix not in IGNORED_SUFFIXES:
+            yield path
+
+
+def build_key(app_dir: Path, wit: Path, world: str, tool_version: str) -> str:
+    prelude = hashlib.sha256((PRELUDE + ENTRY).encode()).hexdigest()
+    digest = hashlib.sha256(f"world={world}|{tool_version}|prelude={prelude}".encode())
+    for label, root in (("app", app_dir), ("wit", wit), ("sdk", guest_sdk_dir())):
+        for path in _source_files(root):
+            digest.update(f"|{label}:{path.relative_to(root).as_posix()}:".encode())
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()[:40]
+
+
+def build_component(
+    app_dir: str | Path,
+    output: str | Path,
+    world: str | None = None,
+    *,
+    cache_dir: Path | None = None,
+    note: Callable[[str], None] | None = None,
+    wit: Path | None = None,
+) -> Path:
+    """Build `app_dir/app.py` into the component `output` (copied from the cache when the sources are unchanged).
+
+    `world`: `command` or `http-app`; None reads it from the guest (see `guest.detect_world`).
+    """
+    from llmhost.build.world import check_sources, detect_world
+
+    app_dir, output = Path(app_dir), Path(output)
+    if not (app_dir / f"{APP_MODULE}.py").is_file():
+        raise BuildError(
+            f"{app_dir}: no {APP_MODULE}.py (a guest directory needs app.py; start one with `llmhost new NAME`)"
+        )
+    check_sources(app_dir)
+    world = world or detect_world(app_dir)
+    tool = componentize_py()
+    wit = wit or wit_dir()  # another WIT directory, e.g. wit/0.1.0 to build a guest of the previous version
+    cached = cached_build(app_dir, wit, world, tool, cache_dir)
+    if not cached.is_file():
+        started = time.monotonic()
+        if note is not None:
+            note(f"building {app_dir} ({world}) with componentize-py …")
+        _componentize(tool, app_dir, wit, world, cached)
+        if note is not None:
+            note(f"built {app_dir} in {time.monotonic() - started:.1f} s")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(cached, output)
+    return output
+
+
+def cached_build(app_dir: Path, wit: Path, world: str, tool: str | None = None, cache_dir: Path | None = None) -> Path:
+    """Where the build of these sources is (or would be) cached."""
+    tool = tool or componentize_py()
+    key = build_key(app_dir, wit, world, _tool_version(tool))
+    return (cache_dir or default_cache_dir()) / "guests" / f"{key}.wasm"
+
+
+def bindings(app_dir: Path, output: Path, world: str | None = None, wit: Path | None = None) -> Path:
+    """Write the generated `wit_world` Python package for `app_dir`'s world into `output` (for editors)."""
+    from llmhost.build.world import detect_world
+
+    world = world or detect_world(app_dir)
+    command = [componentize_py(), "-d", str(wit or wit_dir()), "-w", world, "bindings", str(output)]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise BuildError(f"componentize-py could not write the bindings: {(result.stderr or result.stdout).strip()}")
+    return output
+
+
+def _componentize(tool: str, app_dir: Path, wit: Path, world: str, destination: Path) -> None:
+    from llmhost.build.world import explain_build_failure
+
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=destination.parent, suffix=".wasm.tmp")
+    os.close(fd)
+    with tempfile.TemporaryDirectory(prefix="llmhost-entry-") as entry_dir:
+        # The entry module runs the prelude, then re-exports app.py's world classes (see PRELUDE).
+        Path(entry_dir, f"{ENTRY_MODULE}.py").write_text(ENTRY)
+        Path(entry_dir, f"{PRELUDE_MODULE}.py").write_text(PRELUDE)
+        command = [tool, "-d", str(wit), "-w", world, "componentize", ENTRY_MODULE, "-p", entry_dir, "-p", str(app_dir)]
+        command += ["-p", str(guest_sdk_dir()), "-o", tmp]  # the app's own modules shadow the SDK's
+        # componentize-py adds $VIRTUAL_ENV's site-packages to the guest's module path; the host's virtualenv is
+        # not the guest's (and the cache key cannot see it), so the guest gets only its own directory and the SDK.
+        env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+            if result.returncode != 0:
+                raise BuildError(explain_build_failure(app_dir, world, (result.stderr or result.stdout).strip()))
+            os.replace(tmp, destination)
+        finally:
+            Path(tmp).unlink(missing_ok=True)

@@ -1,0 +1,57 @@
+"""`llmhost new NAME --template T`: a new guest directory copied from one of the guest examples.
+
+The templates are the examples themselves (guest-examples/, shipped in the package as `llmhost/examples/`), so
+every template is an example that the example tests build and run as their READMEs say.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+# template name -> example directory
+TEMPLATES = {
+    "command": "hello",
+    "http-app": "http-hello",
+    "openai-compat": "openai-compat",
+    "chat": "chat-http",
+}
+FILES = ("README.md", "pyproject.toml")  # and every .py file: app.py and the modules it imports (openai-compat)
+
+
+class TemplateError(Exception):
+    """The guest directory cannot be created; the message names the fix."""
+
+
+def examples_dir() -> Path:
+    """guest-examples/ in a source checkout, else `llmhost/examples` inside the installed package."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parents[2] / "guest-examples", here.parent / "examples"):
+        if (candidate / "hello" / "app.py").is_file():
+            return candidate
+    raise TemplateError(f"the guest templates were not found next to {here} (a broken install? reinstall llmhost)")
+
+
+def create(target: Path, template: str) -> Path:
+    """Write `target/` (app.py, README.md, pyproject.toml) from `template`; refuses to overwrite anything."""
+    if template not in TEMPLATES:
+        raise TemplateError(f"unknown template {template!r} (choose one of: {', '.join(TEMPLATES)})")
+    if target.exists():
+        raise TemplateError(f"{target} already exists (choose another name, or remove it first)")
+    example = TEMPLATES[template]
+    source = examples_dir() / example
+    name = target.name
+    target.mkdir(parents=True)
+    for file in [*FILES, *sorted(p.name for p in source.glob("*.py"))]:
+        text = (source / file).read_text(encoding="utf-8")
+        (target / file).write_text(_rename(text, example, name, str(target)), encoding="utf-8")
+    return target
+
+
+def _rename(text: str, example: str, name: str, path: str) -> str:
+    """The example's text, about the new guest: its name, its path, and the installed `llmhost` command."""
+    text = text.replace(f"guest-examples/{example}", path).replace(".venv/bin/llmhost", "llmhost")
+    text = text.replace(f"{example}.wasm", f"{name}.wasm")
+    text = re.sub(rf"^# {re.escape(example)}$", f"# {name}", text, count=1, flags=re.M)
+    text = re.sub(rf'^name = "{re.escape(example)}"$', f'name = "{name}"', text, count=1, flags=re.M)
+    return text.replace("From the repository root, after `make install`", "From the directory above it")

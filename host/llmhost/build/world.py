@@ -1,0 +1,135 @@
+"""What a guest directory says about itself, and build failures told in one paragraph that names the fix.
+
+A guest declares its world in `pyproject.toml` beside `app.py` (`[tool.llmhost] world = "http-app"`), or the
+world is read from what `app.py` defines: `class WitWorld(...)` with `run` is the `command` world,
+`class Handler(exports.Handler)` the `http-app` world. `--world` overrides both.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import tomllib
+from pathlib import Path
+
+from llmhost.build.errors import BuildError
+
+WORLDS = ("command", "http-app")
+APP_FILE = "app.py"
+
+
+def _error(message: str) -> Exception:
+    return BuildError(message)
+
+
+def check_sources(app_dir: Path) -> None:
+    """Raise `BuildError` naming file, line and fix for a Python syntax error in the guest's sources."""
+    for path in sorted(app_dir.rglob("*.py")):
+        if any(part.startswith(".") or part == "__pycache__" for part in path.relative_to(app_dir).parts):
+            continue
+        try:
+            ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        except SyntaxError as error:
+            where = f"{path}:{error.lineno}" + (f":{error.offset}" if error.offset else "")
+            line = (error.text or "").strip()
+            raise _error(
+                f"{where}: syntax error: {error.msg}" + (f" in `{line}`" if line else "") + " (fix that line, then "
+                "build again)"
+            ) from None
+        except UnicodeDecodeError as error:
+            raise _error(f"{path}: not UTF-8 text ({error.reason}); save it as UTF-8") from None
+
+
+def declared_world(app_dir: Path) -> str | None:
+    """`[tool.llmhost] world` of `app_dir/pyproject.toml`, if any (checked to be a known world)."""
+    pyproject = app_dir / "pyproject.toml"
+    if not pyproject.is_file():
+        return None
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as error:
+        raise _error(f"{pyproject}: not valid TOML: {error}") from None
+    world = data.get("tool", {}).get("llmhost", {}).get("world")
+    if world is None:
+        return None
+    if world not in WORLDS:
+        raise _error(
+            f"{pyproject}: [tool.llmhost] world = {world!r} is not a world of llmhost (use one of: {', '.join(WORLDS)})"
+        )
+    return str(world)
+
+
+def defined_world(app_dir: Path) -> str | None:
+    """The world `app.py`'s classes implement, read from its syntax tree (None: it defines neither)."""
+    tree = ast.parse((app_dir / APP_FILE).read_text(encoding="utf-8"))
+    found = set()
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        bases = [ast.unparse(base) for base in node.bases]
+        if node.name == "Handler" and any(b.endswith("Handler") for b in bases):
+            found.add("http-app")
+        if node.name == "WitWorld":
+            found.add("command")
+    if len(found) == 1:
+        return found.pop()
+    if found:
+        raise _error(
+            f"{app_dir / APP_FILE}: defines both `class WitWorld` (command) and `class Handler` (http-app); keep "
+            "one, or set `[tool.llmhost] world` in pyproject.toml"
+        )
+    return None
+
+
+def detect_world(app_dir: Path) -> str:
+    world = declared_world(app_dir) or defined_world(app_dir)
+    if world is None:
+        raise _error(
+            f"{app_dir / APP_FILE}: no world found: define `class WitWorld(WitWorld)` with `run(self, args)` "
+            "(command world) or `class Handler(exports.Handler)` with `handle(self, request, writer)` (http-app "
+            '''world), or declare it in pyproject.toml: [tool.llmhost] world = "command"'''
+        )
+    return world
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+# componentize-py names the files of its i-th `-p` directory `/i/...`; the build passes the guest's directory
+# second (after the entry module's), so the guest's own frames are the `/1/` ones.
+APP_PATH_PREFIX = "/1/"
+
+
+def explain_build_failure(app_dir: Path, world: str, output: str) -> str:
+    """One paragraph from componentize-py's output (a Rust backtrace around a CPython traceback): the guest's
+    own frames, the Python error, and the fix."""
+    lines = output.splitlines()
+    error_line = next(
+        (
+            line.strip()
+            for line in reversed(lines)
+            if re.match(r"^\s*[A-Za-z_][\w.]*(Error|Exception)\b.*:", line) or line.strip().endswith("Error")
+        ),
+        "",
+    )
+    frames = [
+        f"{m.group(1).split('/', 2)[2]}:{m.group(2)}"
+        for m in (_FRAME.search(line) for line in lines)
+        if m is not None and m.group(1).startswith(APP_PATH_PREFIX)
+    ]
+    where = f" at {' → '.join(frames[-3:])}" if frames else ""
+    if "cannot import name 'exports' from 'wit_world'" in output or "cannot import name 'WitWorld'" in output:
+        other = "http-app" if world == "command" else "command"
+        return (
+            f"{app_dir / APP_FILE}{where}: {error_line or 'wrong world'}: the guest targets the `{other}` world but "
+            f"was built for `{world}` (build with `--world {other}`, or declare it in pyproject.toml: "
+            f'[tool.llmhost] world = "{other}")'
+        )
+    if error_line.startswith(("ModuleNotFoundError", "ImportError")):
+        return (
+            f"{app_dir / APP_FILE}{where}: {error_line} (a guest can import the standard library, `wit_world` "
+            "(the WIT bindings: run `llmhost bindings DIR` to see its names) and the modules in its own directory; "
+            "copy pure-Python dependencies into the guest directory)"
+        )
+    if error_line:
+        return f"{app_dir / APP_FILE}{where}: {error_line} (raised while componentize-py imported app.py)"
+    tail = "\n".join(lines[-15:])
+    return f"componentize-py failed for {app_dir} ({world} world):\n{tail}"
