@@ -90,16 +90,21 @@ class Settings:
         return Host(self.config(), note=_note)
 
 
+def config_option(help: str) -> Callable[[F], F]:
+    """`--config/-c` (also `LLMHOST_CONFIG`): the host's config, or `serve`'s app config."""
+    return click.option(
+        "--config",
+        "-c",
+        "config_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        envvar="LLMHOST_CONFIG",
+        show_envvar=True,
+        help=help,
+    )
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--config",
-    "-c",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="LLMHOST_CONFIG",
-    show_envvar=True,
-    help="Host config (TOML): models, engine, sandbox grants, cache dir. Default: built-in defaults.",
-)
+@config_option("Host config (TOML): models, engine, sandbox grants, cache dir. Default: built-in defaults.")
 @click.option(
     "--cache-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -224,15 +229,7 @@ def new(name: str, template: str) -> None:
 
 @cli.command()
 @click.argument("app", required=False, type=click.Path(exists=True, path_type=Path), envvar="LLMHOST_SERVE_APP")
-@click.option(
-    "--config",
-    "-c",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="LLMHOST_CONFIG",
-    show_envvar=True,
-    help="App config (TOML): routes, components, grants, limits, listen address, models. Overrides llmhost -c.",
-)
+@config_option("App config (TOML): routes, components, grants, limits, listen address, models. Overrides llmhost -c.")
 @click.option(
     "--listen",
     envvar="LLMHOST_LISTEN",

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, runtime_checkable
 
+from llmhost.config import ModelConfig
 from llmhost.domain.errors import EngineError, ModelNotSupported
 from llmhost.domain.types import (
     BeamParams,
@@ -35,6 +37,43 @@ def configured(items: Mapping[str, T], model: str) -> T:
             f"model {model!r} is not configured; known models: {', '.join(items)} (add it under [models] in the config)"
         )
     return item
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+M = TypeVar("M", bound=Closable)
+
+
+class Models(Generic[M]):
+    """A backend's model objects, by name: created from their config on first use (under a lock, so once), then
+    shared by every call, and closed together."""
+
+    def __init__(self, configs: Mapping[str, ModelConfig], create: Callable[[str, ModelConfig], M]) -> None:
+        self.configs = dict(configs)
+        self._create = create
+        self._made: dict[str, M] = {}
+        self._lock = threading.Lock()
+
+    def get(self, name: str) -> M:
+        config = configured(self.configs, name)
+        with self._lock:
+            made = self._made.get(name)
+            if made is None:
+                made = self._made[name] = self._create(name, config)
+            return made
+
+    def made(self) -> dict[str, M]:
+        """The ones created so far."""
+        with self._lock:
+            return dict(self._made)
+
+    def close(self) -> None:
+        with self._lock:
+            made, self._made = list(self._made.values()), {}
+        for model in made:
+            model.close()
 
 
 def _unbounded_check() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from llmhost.config import (
     ConfigError,
@@ -20,6 +20,8 @@ from llmhost.config import (
     LlamaCppEngineConfig,
     ModelConfig,
     SandboxConfig,
+    _kebab,
+    _Section,
     default_cache_dir,
     read_config,
 )
@@ -39,14 +41,6 @@ from llmhost.domain.limits import (
     DEFAULT_SHUTDOWN_GRACE_S,
 )
 from llmhost.serve.auth import ApiKeys, load_api_keys
-
-
-def _kebab(name: str) -> str:
-    return name.replace("_", "-")
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(alias_generator=_kebab, populate_by_name=True, extra="forbid", frozen=True)
 
 
 class Limits(_Section):

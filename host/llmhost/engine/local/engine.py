@@ -7,7 +7,6 @@ behind the decoder (llama_decoder.py).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -23,7 +22,7 @@ from llmhost.domain.types import (
     check_prompt_fits,
     check_tokenize_length,
 )
-from llmhost.engine.base import collect, configured
+from llmhost.engine.base import Models, collect
 from llmhost.engine.chat_template import choose_template
 from llmhost.engine.local.llama_decoder import LlamaDecoder, llama_lib
 from llmhost.engine.local.model import EngineModel
@@ -57,33 +56,29 @@ class LlamaCppEngine:
         `EngineModel` over a `FakeDecoder`)."""
         self._note = note
         self._load = load
-        self._configs = dict(models)
         self._cache_dir = cache_dir
-        self._loaded: dict[str, EngineModel] = {}
-        self._load_lock = threading.Lock()
+        self._models = Models(models, self._load_model)
+        self._configs = self._models.configs
+
+    def _load_model(self, name: str, config: ModelConfig) -> EngineModel:
+        started = time.monotonic()
+        if self._load is not None:
+            loaded = self._load(name, config)
+        else:
+            loaded = LlamaModel(name, config, resolve_model_path(name, config, self._cache_dir))
+        if self._note is not None:
+            self._note(f"loaded model {name} in {time.monotonic() - started:.1f} s")
+        return loaded
 
     def model_names(self) -> list[str]:
         return list(self._configs)
 
     def model(self, name: str) -> EngineModel:
         """The loaded model (loaded on first use, then shared by every call)."""
-        config = configured(self._configs, name)
-        with self._load_lock:
-            loaded = self._loaded.get(name)
-            if loaded is None:
-                started = time.monotonic()
-                if self._load is not None:
-                    loaded = self._loaded[name] = self._load(name, config)
-                else:
-                    path = resolve_model_path(name, config, self._cache_dir)
-                    loaded = self._loaded[name] = LlamaModel(name, config, path)
-                if self._note is not None:
-                    self._note(f"loaded model {name} in {time.monotonic() - started:.1f} s")
-            return loaded
+        return self._models.get(name)
 
     def list_models(self) -> list[ModelInfo]:
-        with self._load_lock:
-            loaded = dict(self._loaded)
+        loaded = self._models.made()
         return [
             ModelInfo(
                 name=name,
@@ -134,7 +129,4 @@ class LlamaCppEngine:
         return self.model(model).embed(texts, check)
 
     def close(self) -> None:
-        with self._load_lock:
-            for m in self._loaded.values():
-                m.close()
-            self._loaded.clear()
+        self._models.close()

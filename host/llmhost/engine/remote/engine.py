@@ -19,10 +19,8 @@ a model's requests in flight are bounded by `models.NAME.slots`, never serialize
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from llmhost.config import ModelConfig
 from llmhost.domain.errors import InvalidInput
@@ -35,15 +33,12 @@ from llmhost.domain.types import (
     check_prompt_fits,
     check_tokenize_length,
 )
-from llmhost.engine.base import collect, configured
+from llmhost.engine.base import Models, collect
 from llmhost.engine.chat_template import TemplateInfo, choose_template
 from llmhost.engine.generation import GenerationText
 from llmhost.engine.remote.client import RemoteModel
 from llmhost.engine.remote.generation import RemoteGeneration
 from llmhost.engine.remote.sequence import RemoteSequence
-
-if TYPE_CHECKING:
-    from llmhost.engine.chat_template import TemplateInfo
 
 log = logging.getLogger(__name__)
 
@@ -54,21 +49,14 @@ class OpenAIEngine:
     def __init__(
         self, models: Mapping[str, ModelConfig], cache_dir: Path, note: Callable[[str], None] | None = None
     ) -> None:
-        self._configs = dict(models)
-        self._cache_dir = cache_dir
-        self._models: dict[str, RemoteModel] = {}
-        self._lock = threading.Lock()
+        self._models = Models(models, lambda name, config: RemoteModel(name, config, cache_dir))
+        self._configs = self._models.configs
 
     def model_names(self) -> list[str]:
         return list(self._configs)
 
     def model(self, name: str) -> RemoteModel:
-        config = configured(self._configs, name)
-        with self._lock:
-            m = self._models.get(name)
-            if m is None:
-                m = self._models[name] = RemoteModel(name, config, self._cache_dir)
-            return m
+        return self._models.get(name)
 
     def list_models(self) -> list[ModelInfo]:
         return [ModelInfo(name=n, context_length=c.context_length, vocab_size=0) for n, c in self._configs.items()]
@@ -126,7 +114,4 @@ class OpenAIEngine:
         return RemoteSequence(self.model(model))
 
     def close(self) -> None:
-        with self._lock:
-            for m in self._models.values():
-                m.close()
-            self._models.clear()
+        self._models.close()
