@@ -32,9 +32,11 @@ GUEST_SOURCES = {
     "sdk_probe": REPO / "tests" / "guests" / "sdk_probe",  # the guest SDK (llmhost_guest) through a guest
     # The probe as it was at llmhost:llm@0.1.0, built against that WIT: 0.1.0 components must keep running.
     "probe_0_1_0": REPO / "tests" / "guests" / "probe_0_1_0",
+    # Today's probe built against llmhost:llm@0.2.0: 0.2.0 components keep running on 0.2.1 hosts.
+    "probe_0_2_0": REPO / "tests" / "guests" / "probe",
 }
 # Guests built against another WIT directory than the current one.
-GUEST_WIT = {"probe_0_1_0": REPO / "wit" / "0.1.0"}
+GUEST_WIT = {"probe_0_1_0": REPO / "wit" / "0.1.0", "probe_0_2_0": REPO / "wit" / "0.2.0"}
 
 
 # Guests of the `http-app` world (llmhost serve), built like the others.
@@ -85,6 +87,11 @@ def probe_wasm(guest_wasm: dict[str, Path]) -> Path:
 @pytest.fixture(scope="session")
 def probe_0_1_0_wasm(guest_wasm: dict[str, Path]) -> Path:
     return guest_wasm["probe_0_1_0"]
+
+
+@pytest.fixture(scope="session")
+def probe_0_2_0_wasm(guest_wasm: dict[str, Path]) -> Path:
+    return guest_wasm["probe_0_2_0"]
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,9 @@ import contextlib
 import json
 
 from componentize_py_types import Err
+from llmhost_guest import LlmError, llm
 from wit_world import exports
-from wit_world.imports import http, llm
+from wit_world.imports import http
 
 MODEL = "gemma-3-270m"
 DEFAULT_MAX_TOKENS = 64
@@ -108,45 +109,22 @@ def chat(request, writer):
         max_tokens = min(int(body.get("max_tokens", DEFAULT_MAX_TOKENS)), MAX_TOKENS)
     except (ValueError, KeyError, TypeError):
         return http.Response(status=400, headers=[], body=b'expected a JSON body {"message": "...", "max_tokens": N}\n')
-    params = llm.InferencingParams(
-        max_tokens=max_tokens,
-        repeat_penalty=1.1,
-        repeat_penalty_last_n_token_count=64,
-        stop=["<end_of_turn>"],
-        temperature=0.0,  # greedy: the same reply every time
-        top_k=40,
-        top_p=0.9,
-        seed=None,
-        constraint=None,
-        logprobs=None,
-        frequency_penalty=0.0,
-        presence_penalty=0.0,
-        logit_bias=[],
-    )
     writer.start(200, [("content-type", "text/event-stream"), ("cache-control", "no-store")])
     try:
-        with llm.infer_stream(MODEL, prompt_for(message), params) as stream:
-            while True:
-                event = stream.next()
-                if isinstance(event, llm.StreamEvent_Chunk):
-                    sse(writer, None, {"text": event.value.text})
-                else:
-                    usage = event.value.usage
-                    done = {
-                        "finish_reason": event.value.finish_reason.name.lower(),
-                        "usage": {
-                            "prompt_tokens": usage.prompt_token_count,
-                            "completion_tokens": usage.generated_token_count,
-                        },
-                    }
-                    sse(writer, "done", done)
-                    break
-    except Err as error:
+        # greedy: the same reply every time
+        with llm.stream(prompt_for(message), MODEL, max_tokens=max_tokens, stop="<end_of_turn>", temperature=0.0) as s:
+            for chunk in s:
+                sse(writer, None, {"text": chunk.text})
+            if s.done is not None:
+                tokens = s.done.usage
+                usage = {"prompt_tokens": tokens.prompt_tokens, "completion_tokens": tokens.generated_tokens}
+                sse(writer, "done", {"finish_reason": s.done.finish_reason, "usage": usage})
+    except (LlmError, Err) as error:
         # The browser went away (`write` failed, and the host cancelled the stream, so `next` failed too), or
         # generation failed: tell the page if it is still there.
-        message = str(getattr(error.value, "value", "") or type(error.value).__name__)
+        message = error.message if isinstance(error, LlmError) else str(getattr(error.value, "value", "") or "")
         with contextlib.suppress(Err):
-            sse(writer, "error", {"message": message})
+            sse(writer, "error", {"message": message or type(error).__name__})
     return http.Response(status=200, headers=[], body=b"")
 
 

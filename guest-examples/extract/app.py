@@ -1,4 +1,4 @@
-"""extract: turn free text into a JSON object of a given schema (structured output, llmhost:llm@0.2.0).
+"""extract: turn free text into a JSON object of a given schema (structured output, on the guest SDK).
 
     llmhost run extract.wasm -- "Maria Lopez, 34, lives in Porto and works as a nurse."
 
@@ -9,9 +9,8 @@ validates when generation ends with `stop`; with `length` (the token budget ran 
 import json
 import sys
 
-from componentize_py_types import Err
+from llmhost_guest import LlmError, llm
 from wit_world import WitWorld
-from wit_world.imports import llm
 
 MODEL = "gemma-3-270m"
 SCHEMA = {
@@ -35,27 +34,16 @@ class WitWorld(WitWorld):
             "Extract the person described in the text as JSON with the fields name, age, city, occupation.\n"
             f"Text: {text}\nJSON: "
         )
-        params = llm.InferencingParams(
-            max_tokens=80,
-            repeat_penalty=1.0,
-            repeat_penalty_last_n_token_count=0,
-            stop=[],
-            temperature=0.0,  # greedy: the same object every run
-            top_k=0,
-            top_p=1.0,
-            seed=None,
-            constraint=llm.Constraint_JsonSchema(json.dumps(SCHEMA)),
-            logprobs=None,
-            frequency_penalty=0.0,
-            presence_penalty=0.0,
-            logit_bias=[],
-        )
         try:
-            result = llm.infer(MODEL, prompt, params)
-        except Err as error:
-            print(f"extract: {type(error.value).__name__}: {getattr(error.value, 'value', '')}", file=sys.stderr)
+            # greedy: the same object every run; the host constrains the output to the schema
+            result = llm.infer(
+                prompt, MODEL, max_tokens=80, temperature=0.0, top_k=0, top_p=1.0, repeat_penalty=1.0,
+                repeat_penalty_last_n_token_count=0, json_schema=SCHEMA,
+            )  # fmt: skip
+        except LlmError as error:
+            print(f"extract: {type(error).__name__}: {error.message}", file=sys.stderr)
             return 1
-        complete = result.finish_reason == llm.FinishReason.STOP  # else a valid prefix: printed as it is
+        complete = result.finish_reason == "stop"  # else a valid prefix: printed as it is
         print(json.dumps(json.loads(result.text), indent=2) if complete else result.text)
-        print(f"finish-reason: {result.finish_reason.name.lower()}", file=sys.stderr)
+        print(f"finish-reason: {result.finish_reason}", file=sys.stderr)
         return 0

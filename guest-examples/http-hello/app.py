@@ -7,9 +7,9 @@ curl -s 'http://127.0.0.1:8080/?prompt=The%20capital%20of%20France%20is'
 import json
 from urllib.parse import parse_qs, urlsplit
 
-from componentize_py_types import Err
+from llmhost_guest import LlmError, llm
 from wit_world import exports
-from wit_world.imports import http, llm
+from wit_world.imports import http
 
 MODEL = "gemma-3-270m"
 
@@ -22,23 +22,9 @@ class Handler(exports.Handler):
     def handle(self, request, writer):
         query = parse_qs(urlsplit(request.path_with_query).query)
         prompt = query.get("prompt", ["The capital of France is"])[0]
-        params = llm.InferencingParams(
-            max_tokens=16,
-            repeat_penalty=1.1,
-            repeat_penalty_last_n_token_count=64,
-            stop=["\n"],
-            temperature=0.0,  # greedy: the same answer every time
-            top_k=40,
-            top_p=0.9,
-            seed=None,
-            constraint=None,
-            logprobs=None,
-            frequency_penalty=0.0,
-            presence_penalty=0.0,
-            logit_bias=[],
-        )
         try:
-            result = llm.infer(MODEL, prompt, params)
-        except Err as error:
-            return reply(500, {"error": f"{type(error.value).__name__}: {getattr(error.value, 'value', '')}"})
-        return reply(200, {"text": result.text, "finish_reason": result.finish_reason.name.lower()})
+            # greedy: the same answer every time; at most 16 tokens, cut at the first newline
+            result = llm.infer(prompt, MODEL, max_tokens=16, stop="\n", temperature=0.0)
+        except LlmError as error:
+            return reply(500, {"error": f"{type(error).__name__}: {error.message}"})
+        return reply(200, {"text": result.text, "finish_reason": result.finish_reason})

@@ -2,9 +2,8 @@
 
 import sys
 
-from componentize_py_types import Err
+from llmhost_guest import LlmError, llm
 from wit_world import WitWorld as _World
-from wit_world.imports import llm
 
 MODEL = "gemma-3-270m"
 DEFAULT_PROMPT = "Once upon a time, there was a dragon who"
@@ -13,42 +12,22 @@ DEFAULT_PROMPT = "Once upon a time, there was a dragon who"
 class WitWorld(_World):
     def run(self, args: list[str]) -> int:
         prompt = " ".join(args) if args else DEFAULT_PROMPT
-        params = llm.InferencingParams(
-            max_tokens=40,
-            repeat_penalty=1.1,
-            repeat_penalty_last_n_token_count=64,
-            stop=["\n"],
-            temperature=0.0,  # greedy: the same text every run
-            top_k=40,
-            top_p=0.9,
-            seed=None,
-            constraint=None,
-            logprobs=None,
-            frequency_penalty=0.0,
-            presence_penalty=0.0,
-            logit_bias=[],
-        )
         try:
-            with llm.infer_stream(MODEL, prompt, params) as stream:
+            # greedy: the same text every run; at most 40 tokens, cut at the first newline
+            with llm.stream(prompt, MODEL, max_tokens=40, stop="\n", temperature=0.0) as stream:
                 chunks = 0
-                while True:
-                    event = stream.next()
-                    if isinstance(event, llm.StreamEvent_Chunk):
-                        chunks += 1
-                        sys.stdout.write(event.value.text)
-                        sys.stdout.flush()  # show each piece as soon as it arrives
-                    elif isinstance(event, llm.StreamEvent_Done):
-                        done = event.value
-                        print()
-                        print(f"finish-reason: {done.finish_reason.name.lower().replace('_', '-')}")
-                        print(
-                            f"usage: prompt={done.usage.prompt_token_count} "
-                            f"generated={done.usage.generated_token_count} chunks={chunks}"
-                        )
-                        return 0
-                    else:
-                        print("stream: ended without a done event", file=sys.stderr)
-                        return 1
-        except Err as error:
-            print(f"stream: {type(error.value).__name__}: {getattr(error.value, 'value', '')}", file=sys.stderr)
+                for chunk in stream:
+                    chunks += 1
+                    sys.stdout.write(chunk.text)
+                    sys.stdout.flush()  # show each piece as soon as it arrives
+        except LlmError as error:
+            print(f"stream: {type(error).__name__}: {error.message}", file=sys.stderr)
             return 1
+        if stream.done is None:
+            print("stream: ended without a done event", file=sys.stderr)
+            return 1
+        print()
+        print(f"finish-reason: {stream.done.finish_reason}")
+        usage = stream.done.usage
+        print(f"usage: prompt={usage.prompt_tokens} generated={usage.generated_tokens} chunks={chunks}")
+        return 0

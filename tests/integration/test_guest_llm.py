@@ -13,6 +13,8 @@ import pytest
 from llmhost import App, EngineError, GuestTrap, Host, HostConfig, InferencingParams, InvalidInput, ModelNotSupported
 from llmhost.engine.fake import FakeEngine
 
+REPO = Path(__file__).resolve().parents[2]
+
 pytestmark = pytest.mark.wasm  # builds, compiles and runs components
 
 MODEL = "gemma-3-270m"
@@ -88,6 +90,27 @@ def test_unknown_model_is_model_not_supported(probe: Probe, args: tuple[str, ...
     assert outcome.error is not None and outcome.error["kind"] == "model-not-supported"
     # 0.2.0's case carries the message naming the fix.
     assert "'no-such-model' is not configured" in outcome.error["message"] and "[models]" in outcome.error["message"]
+
+
+def test_default_params_are_the_hosts_and_a_0_2_0_guest_still_runs(
+    fake_host: Host, probe_wasm: Path, probe_0_2_0_wasm: Path, run_probe: Callable[..., Any]
+) -> None:
+    from llmhost.domain.types import DEFAULT_PARAMS
+
+    app = fake_host.load(probe_wasm)
+    got = run_probe(app, "defaults", MODEL).value
+    assert got == {
+        "max-tokens": DEFAULT_PARAMS.max_tokens, "repeat-penalty": DEFAULT_PARAMS.repeat_penalty,
+        "temperature": DEFAULT_PARAMS.temperature, "top-k": DEFAULT_PARAMS.top_k, "top-p": DEFAULT_PARAMS.top_p,
+        "stop": list(DEFAULT_PARAMS.stop), "seed": None, "logprobs": None, "constraint": None,
+    }  # fmt: skip
+    unknown = run_probe(app, "defaults", "no-such-model")
+    assert unknown.error is not None and unknown.error["kind"] == "model-not-supported"
+    # A component built against 0.2.0 (no `default-params` import) links and runs on this 0.2.1 host.
+    old = fake_host.load(probe_0_2_0_wasm)
+    assert run_probe(old, "infer", MODEL, "hi").exit_code == 0
+    assert run_probe(old, "info", MODEL).value["name"] == MODEL
+    assert "default-params" not in (REPO / "wit" / "0.2.0" / "llm.wit").read_text()
 
 
 def test_a_0_1_0_guest_gets_model_not_supported_without_a_message(

@@ -136,11 +136,21 @@ class FakeLlm(types.ModuleType):
         super().__init__("wit_world.imports.llm")
         self.calls: list[tuple[Any, ...]] = []
         self.fail: Any = None
+        self.host_defaults: InferencingParams | None = None
         for cls in (
             InferencingParams, LogitBias, Constraint_JsonSchema, Constraint_Regex, Constraint_Choice,
             StreamEvent_Chunk, StreamEvent_Done, Error_InvalidInput, Error_ModelNotSupported, Error_RuntimeError,
         ):  # fmt: skip
             setattr(self, cls.__name__, cls)
+
+    def default_params(self, model: str) -> InferencingParams:
+        """The host's defaults (here: the WIT's documented ones, or `host_defaults` when a test sets them)."""
+        self.calls.append(("default-params", model))
+        return self.host_defaults or InferencingParams(
+            max_tokens=100, repeat_penalty=1.1, repeat_penalty_last_n_token_count=64, stop=[], temperature=0.8,
+            top_k=40, top_p=0.9, seed=None, constraint=None, logprobs=None, frequency_penalty=0.0,
+            presence_penalty=0.0, logit_bias=[],
+        )  # fmt: skip
 
     def infer(self, model: str, prompt: str, params: Any) -> Result:
         self.calls.append(("infer", model, prompt, params))
@@ -188,6 +198,26 @@ def test_infer_defaults_are_the_wits(sdk: tuple[Any, FakeLlm]) -> None:
         top_k=40, top_p=0.9, seed=None, constraint=None, logprobs=None, frequency_penalty=0.0,
         presence_penalty=0.0, logit_bias=[],
     )  # fmt: skip
+
+
+def test_defaults_come_from_the_host_once_per_model(sdk: tuple[Any, FakeLlm]) -> None:
+    guest, fake = sdk
+    fake.host_defaults = InferencingParams(
+        max_tokens=7, repeat_penalty=1.0, repeat_penalty_last_n_token_count=0, stop=["END"], temperature=0.25,
+        top_k=3, top_p=0.5, seed=None, constraint=None, logprobs=None, frequency_penalty=0.0, presence_penalty=0.0,
+        logit_bias=[LogitBias(9, -5.0)],
+    )  # fmt: skip
+    guest.llm.infer("Hi")
+    guest.llm.infer("Again", temperature=1.0)
+    asked = [call for call in fake.calls if call[0] == "default-params"]
+    assert asked == [("default-params", "gemma-3-270m")]  # asked once, then kept in the guest
+    first, second = (call[3] for call in fake.calls if call[0] == "infer")
+    assert first == fake.host_defaults
+    assert second.temperature == 1.0 and second.max_tokens == 7 and second.stop == ["END"]
+    assert second.logit_bias == [LogitBias(9, -5.0)]
+    assert guest.defaults()["top_k"] == 3
+    guest.llm.infer("Elsewhere", model="other")
+    assert ("default-params", "other") in fake.calls
 
 
 def test_infer_keywords(sdk: tuple[Any, FakeLlm]) -> None:

@@ -16,6 +16,7 @@ from llmhost.domain.limits import (
     STREAM_IDLE_TIMEOUT_S,
 )
 from llmhost.domain.types import (
+    DEFAULT_PARAMS,
     ChatMessage,
     ChatParams,
     ChatResult,
@@ -92,6 +93,12 @@ class LlmService:
     def tokenize(self, model: str, text: str, scope: RunScope | None = None) -> list[int]:
         self._check(model, scope)
         return self._engine(model).tokenize(model, text)
+
+    def default_params(self, model: str, scope: RunScope | None = None) -> InferencingParams:
+        """What `infer` uses for `model` when it gets no params (the same for every model today)."""
+        self._check(model, scope)
+        self._engine(model)  # an unknown model is `model-not-supported`, as for every call
+        return DEFAULT_PARAMS
 
     def model_info(self, model: str, scope: RunScope | None = None) -> ModelInfo:
         self._check(model, scope)

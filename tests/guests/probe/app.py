@@ -492,6 +492,22 @@ def op_info(model):
     return {"name": info.name, "context-length": info.context_length, "vocab-size": info.vocab_size}
 
 
+def op_defaults(model):
+    """llm.default-params (0.2.1): the host's params when none are given."""
+    p = llm.default_params(model)
+    return {
+        "max-tokens": p.max_tokens,
+        "repeat-penalty": p.repeat_penalty,
+        "temperature": p.temperature,
+        "top-k": p.top_k,
+        "top-p": p.top_p,
+        "stop": list(p.stop),
+        "seed": p.seed,
+        "logprobs": p.logprobs,
+        "constraint": None if p.constraint is None else type(p.constraint).__name__,
+    }
+
+
 def op_embed(model, *texts):
     result = llm.generate_embeddings(model, list(texts))
     return {"embeddings": result.embeddings, "usage": {"prompt-token-count": result.usage.prompt_token_count}}
@@ -569,6 +585,7 @@ OPERATIONS = {
     "template": op_template,
     "tokenize": op_tokenize,
     "info": op_info,
+    "defaults": op_defaults,
     "embed": op_embed,
     "argv": op_argv,
     "count": op_count,

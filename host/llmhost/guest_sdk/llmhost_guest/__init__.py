@@ -12,12 +12,11 @@
 
 from . import llm
 from .errors import InvalidInput, LlmError, ModelNotSupported, RuntimeError_
-from .params import DEFAULT_MODEL, DEFAULTS, Chunk, Completion, Done, TokenLogprob, Usage
+from .params import DEFAULT_MODEL, Chunk, Completion, Done, TokenLogprob, Usage, defaults
 from .sequence import Sequence
 
 __all__ = [
     "DEFAULT_MODEL",
-    "DEFAULTS",
     "Chunk",
     "Completion",
     "Done",
@@ -28,5 +27,6 @@ __all__ = [
     "Sequence",
     "TokenLogprob",
     "Usage",
+    "defaults",
     "llm",
 ]

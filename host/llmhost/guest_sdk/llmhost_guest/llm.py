@@ -33,7 +33,7 @@ def infer(prompt: str, model: str = DEFAULT_MODEL, **params: Any) -> Completion:
     """WIT `llm.infer`. Keywords: `max_tokens` (100; None: no budget), `stop`, `temperature` (0.8), `top_k`,
     `top_p`, `seed`, `repeat_penalty`, `frequency_penalty`, `presence_penalty`, `logit_bias` ({id: bias}),
     `logprobs`, and one of `json_schema` / `json_object` / `regex` / `grammar` / `choice`."""
-    return Completion.from_wit(call(wit_llm().infer, model, prompt, build(params)))
+    return Completion.from_wit(call(wit_llm().infer, model, prompt, build(params, model)))
 
 
 class Stream:
@@ -81,7 +81,7 @@ class Stream:
 
 def stream(prompt: str, model: str = DEFAULT_MODEL, **params: Any) -> Stream:
     """WIT `llm.infer-stream`, with the keywords of `infer`."""
-    return Stream(call(wit_llm().infer_stream, model, prompt, build(params)))
+    return Stream(call(wit_llm().infer_stream, model, prompt, build(params, model)))
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ def chat(
     "none", "required" or a tool's name; the other keywords as in `infer`."""
     llm = wit_llm()
     chat_params = llm.ChatParams(
-        inferencing=build(params), tools=[_tool(t) for t in tools], tool_choice=_tool_choice(tool_choice)
+        inferencing=build(params, model), tools=[_tool(t) for t in tools], tool_choice=_tool_choice(tool_choice)
     )
     result = call(llm.chat, model, [_message(m) for m in messages], chat_params)
     message = result.message

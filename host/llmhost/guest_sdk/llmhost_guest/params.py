@@ -7,26 +7,39 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InvalidInput
+from .errors import InvalidInput, call
 
 DEFAULT_MODEL = "gemma-3-270m"
 
-# The WIT's documented defaults (wit/llm.wit, `inferencing-params`): what the host uses when params are `none`.
-DEFAULTS: dict[str, Any] = {
-    "max_tokens": 100,
-    "repeat_penalty": 1.1,
-    "repeat_penalty_last_n_token_count": 64,
-    "stop": (),
-    "temperature": 0.8,
-    "top_k": 40,
-    "top_p": 0.9,
-    "seed": None,
-    "logprobs": None,
-    "frequency_penalty": 0.0,
-    "presence_penalty": 0.0,
-    "logit_bias": None,
-}
+# The keywords that fill `inferencing-params` (its fields but `constraint`, which the STRUCTURED keywords set).
+FIELDS = (
+    "max_tokens",
+    "repeat_penalty",
+    "repeat_penalty_last_n_token_count",
+    "stop",
+    "temperature",
+    "top_k",
+    "top_p",
+    "seed",
+    "logprobs",
+    "frequency_penalty",
+    "presence_penalty",
+    "logit_bias",
+)
 STRUCTURED = ("json_schema", "json_object", "regex", "grammar", "choice")
+_defaults: dict[str, Any] = {}  # model -> the host's `inferencing-params` for it
+
+
+def defaults(model: str = DEFAULT_MODEL) -> dict[str, Any]:
+    """The host's params for `model` when none are given (WIT `default-params`, asked once per model), as the
+    keywords `build` takes."""
+    found = _defaults.get(model)
+    if found is None:
+        found = _defaults[model] = call(wit_llm().default_params, model)
+    values = {name: getattr(found, name) for name in FIELDS}
+    values["logit_bias"] = {int(e.token_id): float(e.bias) for e in values["logit_bias"]}
+    values["stop"] = tuple(values["stop"])
+    return values
 
 
 def wit_llm() -> Any:
@@ -68,15 +81,15 @@ def constraint(options: Mapping[str, Any]) -> Any:
     return llm.Constraint_Choice([str(c) for c in value])
 
 
-def build(options: Mapping[str, Any]) -> Any:
-    """WIT `inferencing-params` from keyword arguments: each one not given takes the WIT's default.
+def build(options: Mapping[str, Any], model: str = DEFAULT_MODEL) -> Any:
+    """WIT `inferencing-params` from keyword arguments: each one not given takes the host's default for `model`.
 
     `stop` may be one string or several; `logit_bias` a {token id: bias} mapping; the structured-output keywords
     (`json_schema`, `json_object`, `regex`, `grammar`, `choice`) become `constraint`."""
-    unknown = set(options) - set(DEFAULTS) - set(STRUCTURED)
+    unknown = set(options) - set(FIELDS) - set(STRUCTURED)
     if unknown:
         raise TypeError(f"unknown keyword argument(s): {', '.join(sorted(unknown))}")
-    values = {**DEFAULTS, **{k: v for k, v in options.items() if k in DEFAULTS}}
+    values = {**defaults(model), **{k: v for k, v in options.items() if k in FIELDS}}
     stop = values["stop"]
     bias = values["logit_bias"] or {}
     llm = wit_llm()

@@ -219,14 +219,14 @@ class Sequence:
         """WIT `sequence.generate`: generate from the current state and append the returned text, which is
         returned (a `str` with `.finish_reason`, `.usage`, `.logprobs`). Keywords as in `llm.infer`."""
         try:
-            return Completion.from_wit(call(self._live.generate, build(params)))
+            return Completion.from_wit(call(self._live.generate, build(params, self.model)))
         finally:
             self._changed()
 
     def stream(self, **params: Any) -> Stream:
         """WIT `sequence.generate-stream`: the chunks read before the stream ends or is closed are appended."""
         self._changed()
-        return _SequenceStream(self, call(self._live.generate_stream, build(params)))
+        return _SequenceStream(self, call(self._live.generate_stream, build(params, self.model)))
 
     def score(self, continuations: Iterable[str]) -> list[float]:
         """WIT `sequence.score`: the log-likelihood of each continuation given the sequence (left unchanged)."""
