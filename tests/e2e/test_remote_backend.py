@@ -124,7 +124,7 @@ def generated_ids(host: Host, model: str, prompt: str, max_tokens: int) -> list[
     ids a sequence keeps)."""
     params = InferencingParams(max_tokens=max_tokens, temperature=0, repeat_penalty=1)
     if model == MODEL:
-        gen = host.engine.stream(model, prompt, params)
+        gen = host.engine.engine(model).stream(model, prompt, params)
         return [t for e in gen if isinstance(e, StreamChunk) for t in e.token_ids]
     seq = host.open_sequence(model)
     try:

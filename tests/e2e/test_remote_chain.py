@@ -60,7 +60,7 @@ def test_greedy_infer_through_a_chained_llmhost_equals_the_direct_client(upstrea
     client = OpenAI(base_url=f"{upstream.url}/v1", api_key="unused", max_retries=0)
     direct = client.completions.create(model="gemma-3-270m", prompt=PROMPT, max_tokens=8, temperature=0)
     params = InferencingParams(max_tokens=8, temperature=0, repeat_penalty=1, top_k=0)
-    result = host.engine.infer(CHAINED, PROMPT, params)
+    result = host.engine.engine(CHAINED).infer(CHAINED, PROMPT, params)
     assert result.text == direct.choices[0].text
     assert result.finish_reason == "length"
     assert direct.usage is not None
@@ -70,10 +70,10 @@ def test_greedy_infer_through_a_chained_llmhost_equals_the_direct_client(upstrea
 
 def test_stops_and_streaming_through_a_chained_llmhost(host: Host) -> None:
     params = InferencingParams(max_tokens=8, temperature=0, repeat_penalty=1, top_k=0)
-    full = host.engine.infer(CHAINED, PROMPT, params).text
+    full = host.engine.engine(CHAINED).infer(CHAINED, PROMPT, params).text
     stop = full[3:6]
-    stopped = host.engine.infer(CHAINED, PROMPT, params.model_copy(update={"stop": (stop,)}))
+    stopped = host.engine.engine(CHAINED).infer(CHAINED, PROMPT, params.model_copy(update={"stop": (stop,)}))
     assert stopped.text == full[: full.find(stop)] and stopped.finish_reason == "stop"
-    events = list(host.engine.stream(CHAINED, PROMPT, params))
+    events = list(host.engine.engine(CHAINED).stream(CHAINED, PROMPT, params))
     assert "".join(e.text for e in events if isinstance(e, StreamChunk)) == full
     assert [type(e) for e in events].count(StreamDone) == 1 and isinstance(events[-1], StreamDone)

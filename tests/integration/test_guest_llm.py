@@ -99,10 +99,12 @@ def test_default_params_are_the_hosts_and_a_0_2_0_guest_still_runs(
 
     app = fake_host.load(probe_wasm)
     got = run_probe(app, "defaults", MODEL).value
+    f32 = pytest.approx  # the WIT's floats are f32
     assert got == {
-        "max-tokens": DEFAULT_PARAMS.max_tokens, "repeat-penalty": DEFAULT_PARAMS.repeat_penalty,
-        "temperature": DEFAULT_PARAMS.temperature, "top-k": DEFAULT_PARAMS.top_k, "top-p": DEFAULT_PARAMS.top_p,
-        "stop": list(DEFAULT_PARAMS.stop), "seed": None, "logprobs": None, "constraint": None,
+        "max-tokens": DEFAULT_PARAMS.max_tokens, "repeat-penalty": f32(DEFAULT_PARAMS.repeat_penalty),
+        "temperature": f32(DEFAULT_PARAMS.temperature), "top-k": DEFAULT_PARAMS.top_k,
+        "top-p": f32(DEFAULT_PARAMS.top_p), "stop": list(DEFAULT_PARAMS.stop), "seed": None, "logprobs": None,
+        "constraint": None,
     }  # fmt: skip
     unknown = run_probe(app, "defaults", "no-such-model")
     assert unknown.error is not None and unknown.error["kind"] == "model-not-supported"
