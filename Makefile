@@ -2,7 +2,7 @@
 #
 #   make demo          build guest-examples/hello and run it against the default model
 #   make test          install, then lint (ruff), type-check (mypy) and run every test
-#   make test-fast     unit tests only
+#   make test-fast     unit and integration tests on the fake engine, without the slow soak-style cases
 #   make install       .venv with llama-cpp-python (CPU build, cached) and llmhost editable, with dev tools
 #   make install-cuda  the same with a CUDA build of llama-cpp-python (needs nvcc; then set
 #                      `n-gpu-layers = -1` in the model's config). Sticky: later `make install`/`make test` keep it
@@ -69,7 +69,7 @@ test: lint browser
 	$(BIN)/pytest -q --durations=25 tests
 
 test-fast: install
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q -m "not slow and not model" tests/unit tests/integration
 
 demo: install
 	$(BIN)/llmhost build guest-examples/hello -o build/hello.wasm

@@ -71,6 +71,7 @@ def test_template_of_the_default_model(real_probe: Probe) -> None:
     assert "<end_of_turn>" not in (result["message"]["content"] or "")
 
 
+@pytest.mark.slow  # soak: 20 seeded samples
 def test_required_tool_call_validates_20_of_20(real_probe: Probe) -> None:
     p = params(inferencing={"temperature": 0.8, "max-tokens": 96}, tools=[WEATHER, TIME], **{"tool-choice": "required"})
     results = ok(real_probe("chat-seeds", MODEL, ASK, p, "20"))

@@ -156,6 +156,7 @@ def test_cost_is_only_new_tokens_and_fork_evaluates_none(real_probe: Probe, real
     assert r[13] == r[6]
 
 
+@pytest.mark.slow  # soak: many sequences swapped
 def test_many_sequences_swap_out_and_back_invisibly(real_probe: Probe, real_host: Host) -> None:
     model = real_host.engine.model(MODEL)  # type: ignore[attr-defined]
     count = 16

@@ -46,6 +46,7 @@ source = "{http_wasm["http_probe"]}"
         assert running.stop() == 0
 
 
+@pytest.mark.slow  # soak: 100 leaking requests
 def test_requests_that_return_holding_handles_leave_nothing_behind(server: Server) -> None:
     # With 2 slots, two leaked streams or sequences would starve every later request for good. (One at a time:
     # each request holds a generating stream and a sequence, which is all of the 2 slots.)

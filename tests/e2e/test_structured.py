@@ -97,6 +97,7 @@ def infer_error(probe: Probe, **params: Any) -> dict[str, str]:
     return outcome.error
 
 
+@pytest.mark.slow  # soak: many samples per schema
 @pytest.mark.parametrize("name", list(SCHEMAS))
 def test_schema_samples_at_temperature_one_all_parse_and_validate(real_probe: Probe, name: str) -> None:
     schema = SCHEMAS[name]

@@ -277,6 +277,7 @@ def test_concurrent_requests_run_in_parallel(server: Server) -> None:
     assert elapsed < 3.5  # one at a time would take at least 4 s (2 cores: about 2 s)
 
 
+@pytest.mark.slow  # soak: 200 requests
 def test_load_200_requests_at_concurrency_16_no_errors_and_flat_memory(server: Server) -> None:
     def batch(count: int) -> list[int]:
         def worker(n: int) -> list[int]:
