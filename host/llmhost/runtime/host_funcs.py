@@ -20,7 +20,18 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from ctypes import CFUNCTYPE, POINTER, byref, c_char_p, c_size_t, c_void_p, create_string_buffer, pointer
+from ctypes import (
+    CFUNCTYPE,
+    POINTER,
+    byref,
+    c_char,
+    c_char_p,
+    c_size_t,
+    c_void_p,
+    cast,
+    create_string_buffer,
+    pointer,
+)
 from typing import Any
 
 from wasmtime import WasmtimeError
@@ -99,6 +110,19 @@ _SCALARS: dict[type, tuple[str, type, int]] = {
 }
 
 
+def _lift_string(c: Any) -> str:
+    """A string argument, decoded straight from wasmtime's copy of it, which is then freed. wasmtime-py makes a
+    `bytes` copy first: for a prompt of many megabytes that is one more copy of it in host memory at once."""
+    vec = c.of.string
+    try:
+        if not vec.size:
+            return ""
+        address = cast(vec.data, c_void_p).value
+        return str(memoryview((c_char * vec.size).from_address(address)), "utf-8")
+    finally:
+        ffi.wasm_byte_vec_delete(byref(vec))
+
+
 class _Leaf(_Node):
     """A type without nested types. Numbers, strings and enums are lowered here; the rest (chars, flags,
     resource handles) by wasmtime-py. Which way is chosen once, here, not on every value."""
@@ -112,6 +136,7 @@ class _Leaf(_Node):
             self.lower = self._lower_scalar  # type: ignore[method-assign]
         elif isinstance(ty, String):
             self.lower = self._lower_string  # type: ignore[method-assign]
+            self.convert_from_c = _lift_string
         elif isinstance(ty, EnumType):
             self.lower = self._lower_enum  # type: ignore[method-assign]
 
