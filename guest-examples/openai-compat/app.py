@@ -27,7 +27,6 @@ from wit_world.imports import http
 
 # A stream with less time than this left before its hard cap ends now, with finish_reason "length".
 WIND_DOWN_MS = 1500
-SSE_HEADERS = [("content-type", "text/event-stream"), ("cache-control", "no-store")]
 # The request field a host `invalid-input` message is about (its messages name the WIT field).
 PARAM_OF_MESSAGE = [
     ("max-tokens", "max_tokens"), ("temperature", "temperature"), ("top-p", "top_p"), ("top-k", "top_k"),
@@ -149,7 +148,7 @@ class Exchange:
     def stream(self, events, count, prompts=1):
         """Events of `count` choices (an `interleave`, already opened, so input errors were raised as JSON errors),
         each sent as a chunk of its choice; every choice ends with its finish_reason, the stream with [DONE]."""
-        self.writer.start(200, SSE_HEADERS)
+        self.writer.start(200, [("content-type", "text/event-stream"), ("cache-control", "no-store")])
         usages, offsets, ended = [None] * count, [0] * count, set()
         if self.chat:
             self.send(*(self.delta(i, {"role": "assistant", "content": ""}) for i in range(count)))
@@ -177,8 +176,7 @@ class Exchange:
                     events.close()  # drops every stream still open: the host cancels their generations
                     self.send(*(self.delta(k, {}, "length") for k in range(count) if k not in ended))
                     break
-        except LlmError as error:  # a writer's error (the client left, the grace ran out) is not caught here
-            events.close()  # an error event, then [DONE] (clients raise on the event)
+        except LlmError as error:  # an error event, then [DONE] (clients raise on the event); not a writer's error
             error_json = api_error(error, self.req.model, self.writer).json()
             self.writer.write(f"data: {json.dumps(error_json)}\n\ndata: [DONE]\n\n".encode())
             return
@@ -214,9 +212,7 @@ class Exchange:
                 seqs += [root, *(root.fork() for _ in range(self.req.n - 1))]
             openers = [lambda k=k, seq=seq: seq.stream(**self.params(k)) for k, seq in enumerate(seqs)]
             events = interleave(openers)  # at most 4 (a model's default slots) generate at once
-            if self.req.stream:
-                return self.stream(events, len(seqs), len(prompts))
-            return self.collect(events, len(seqs), len(prompts))
+            return (self.stream if self.req.stream else self.collect)(events, len(seqs), len(prompts))
         finally:
             for seq in seqs:
                 seq.close()
