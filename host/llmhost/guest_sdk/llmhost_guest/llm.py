@@ -206,7 +206,7 @@ def _tool(tool: Any) -> Any:
 
 
 def _tool_choice(choice: str | Mapping[str, Any] | None) -> Any:
-    """"auto", "none", "required", a tool's name, or {"name": NAME} (a tool of any name, "auto" included)."""
+    """A tool choice: "auto", "none", "required", a tool's name, or {"name": NAME} (any name, "auto" included)."""
     llm = wit_llm()
     if isinstance(choice, Mapping):
         return llm.ToolChoice_Named(str(choice["name"]))
