@@ -1,16 +1,13 @@
-"""openai-compat: OpenAI's API as a guest component of the `http-app` world, served by `llmhost serve`.
+"""openai-compat: OpenAI's API as a guest component of the `http-app` world, served by `llmhost serve`, on the
+guest SDK (`llmhost_guest`): POST /v1/chat/completions (the host's `chat`: the model's own template, tools),
+POST /v1/completions, POST /v1/embeddings, GET /v1/models and /v1/models/{id}. README.md lists the fields supported
+and refused; request checking is in validate.py. n choices of a prompt are forks of one sequence (the prompt is
+evaluated once) whose generations decode together.
 
-POST /v1/chat/completions (on the host's `chat`: the model's own template, tools), POST /v1/completions,
-POST /v1/embeddings, GET /v1/models and /v1/models/{id}. The fields supported, the extensions and what is refused
-are listed in README.md; request checking is in validate.py, the model side in backend.py.
-
-Guarantees: a malformed request gets a 400 in OpenAI's error shape naming the `param` (the guest never traps on
-client input: any unexpected error is a 500 JSON error); a stream always ends with a finish_reason and
-`data: [DONE]`, or with an error event (then `[DONE]`); a non-streamed answer that runs out of time is a JSON
-error (504). Deadlines: the server stops a request `deadline-s` after its last byte (or its arrival) and after
-`max-duration-s` in all; this app reads its time left after every event and ends a stream near the cap with
-finish_reason "length", and when the server tells it of a deadline (its generation fails) it sends the error
-event within the grace the server gives.
+Guarantees: a malformed request is a 400 in OpenAI's shape naming the `param`, an unexpected error a 500 (the guest
+never traps on client input); a stream ends with a finish_reason and `data: [DONE]`, or an error event and
+`[DONE]`; near its `max-duration-s` cap a stream ends with finish_reason "length"; a generation the server cancels
+at a deadline ends the stream with an error event, or a non-streamed answer with a 504 JSON error.
 """
 
 import base64
@@ -19,444 +16,254 @@ import struct
 import time
 import traceback
 import uuid
+from itertools import accumulate
 from urllib.parse import unquote
 
-from backend import CHAT, fork_sequences, round_robin
 from componentize_py_types import Err
-from validate import PENALTY_WINDOW, BadRequest, ChatRequest, CompletionRequest, EmbeddingRequest
+from llmhost_guest import Done, InvalidInput, LlmError, ModelNotSupported, Sequence, interleave, llm
+from validate import BadRequest, chat_request, completion_request, embedding_request, model_not_found
 from wit_world import exports
-from wit_world.imports import http, llm
+from wit_world.imports import http
 
 # A stream with less time than this left before its hard cap ends now, with finish_reason "length".
 WIND_DOWN_MS = 1500
-SSE_HEADERS = [("content-type", "text/event-stream"), ("cache-control", "no-store")]
+# The request field a host `invalid-input` message is about (its messages name the WIT field).
+PARAM_OF_MESSAGE = [
+    ("max-tokens", "max_tokens"), ("temperature", "temperature"), ("top-p", "top_p"), ("top-k", "top_k"),
+    ("stop", "stop"), ("seed", "seed"), ("logit", "logit_bias"), ("frequency", "frequency_penalty"),
+    ("presence", "presence_penalty"), ("logprobs", "top_logprobs"), ("schema", "response_format"),
+    ("constraint", "response_format"), ("tool", "tools"),
+]  # fmt: skip
+
+
+def api_error(error, model, writer, param=None):
+    """The OpenAI error for a failed host call: the one place that maps the SDK's errors."""
+    if isinstance(error, ModelNotSupported):
+        return model_not_found(model)
+    message = error.message or "generation failed"
+    if isinstance(error, InvalidInput):
+        return BadRequest(message, next((p for needle, p in PARAM_OF_MESSAGE if needle in message), param))
+    if writer.time_left_ms() == 0:  # the server told us our time is up (it cancelled the generation)
+        return BadRequest(f"the request ran out of time: {message}", None, 504, "timeout", "timeout_error")
+    return BadRequest(message, None, 500)
 
 
 def json_response(status, value):
     return http.Response(status=status, headers=[("content-type", "application/json")], body=json.dumps(value).encode())
 
 
-def error_response(error):
-    return json_response(error.status, error.json())
-
-
-def _param_of(message, default):
-    """The request field a host `invalid-input` message is about (its messages name the WIT field)."""
-    for needle, param in (
-        ("max-tokens", "max_tokens"),
-        ("temperature", "temperature"),
-        ("top-p", "top_p"),
-        ("top-k", "top_k"),
-        ("stop", "stop"),
-        ("seed", "seed"),
-        ("logit", "logit_bias"),
-        ("frequency", "frequency_penalty"),
-        ("presence", "presence_penalty"),
-        ("logprobs", "top_logprobs"),
-        ("schema", "response_format"),
-        ("constraint", "response_format"),
-        ("tool", "tools"),
-    ):
-        if needle in message:
-            return param
-    return default
-
-
-def llm_error(error, model, writer, default_param=None):
-    """A WIT error from the host as an OpenAI error."""
-    value = error.value
-    if isinstance(value, llm.Error_ModelNotSupported):
-        return BadRequest(
-            f"The model `{model}` does not exist or you do not have access to it.", "model", 404, "model_not_found"
-        )
-    message = getattr(value, "value", "") or "generation failed"
-    if isinstance(value, llm.Error_InvalidInput):
-        return BadRequest(message, _param_of(message, default_param))
-    if writer.time_left_ms() == 0:  # the server told us our time is up (it cancelled the generation)
-        return BadRequest(f"the request ran out of time: {message}", None, 504, "timeout", "timeout_error")
-    return BadRequest(message, None, 500)
-
-
-def finish_name(reason):
-    return {
-        llm.FinishReason.STOP: "stop",
-        llm.FinishReason.LENGTH: "length",
-        llm.FinishReason.CONTENT_FILTER: "content_filter",
-    }.get(reason, "tool_calls")
-
-
-def usage_json(prompt, completion):
+def usage_json(usages, per_prompt=1):
+    """Each prompt is counted once (its forks share it); every choice's generated tokens count."""
+    prompt = sum(u.prompt_tokens for k, u in enumerate(usages) if u is not None and k % per_prompt == 0)
+    completion = sum(u.generated_tokens for u in usages if u is not None)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def _token_text(raw):
-    return bytes(raw).decode("utf-8", "replace")
+def finish_name(reason):
+    return reason.replace("-", "_")  # the WIT's "tool-calls" is OpenAI's "tool_calls"
+
+
+def token_json(token_bytes, logprob):
+    return {"token": token_bytes.decode("utf-8", "replace"), "logprob": logprob, "bytes": list(token_bytes)}
 
 
 def chat_logprobs(entries):
     return [
-        {
-            "token": _token_text(e.bytes),
-            "logprob": e.logprob,
-            "bytes": list(e.bytes),
-            "top_logprobs": [
-                {"token": _token_text(t.bytes), "logprob": t.logprob, "bytes": list(t.bytes)} for t in e.top
-            ],
-        }
-        for e in entries
+        {**token_json(e.text, e.logprob), "top_logprobs": [token_json(b, lp) for _, b, lp in e.top]} for e in entries
     ]
 
 
 def completion_logprobs(entries, offset=0):
-    tokens, logprobs, tops, offsets = [], [], [], []
-    for e in entries:
-        text = _token_text(e.bytes)
-        tokens.append(text)
-        logprobs.append(e.logprob)
-        tops.append({_token_text(t.bytes): t.logprob for t in e.top})
-        offsets.append(offset)
-        offset += len(text)
-    return {"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": tops, "text_offset": offsets}
-
-
-def inferencing(req, logprobs, constraint=None, seed_offset=0):
-    seed = None if req.seed is None else (req.seed + seed_offset) % 2**64
-    penalised = req.frequency_penalty != 0 or req.presence_penalty != 0
-    return llm.InferencingParams(
-        max_tokens=req.max_tokens,
-        repeat_penalty=1.0,  # OpenAI has no multiplicative repeat penalty
-        repeat_penalty_last_n_token_count=PENALTY_WINDOW if penalised else 0,
-        stop=req.stop,
-        temperature=req.temperature,
-        top_k=req.top_k,
-        top_p=req.top_p,
-        seed=seed,
-        constraint=constraint,
-        logprobs=logprobs,
-        frequency_penalty=req.frequency_penalty,
-        presence_penalty=req.presence_penalty,
-        logit_bias=[llm.LogitBias(token_id=t, bias=b) for t, b in req.logit_bias],
-    )
+    tokens = [e.text.decode("utf-8", "replace") for e in entries]
+    return {
+        "tokens": tokens,
+        "token_logprobs": [e.logprob for e in entries],
+        "top_logprobs": [{b.decode("utf-8", "replace"): lp for _, b, lp in e.top} for e in entries],
+        "text_offset": list(accumulate(map(len, tokens), initial=offset))[:-1],
+    }
 
 
 def check_logit_bias(req):
     """Token ids must be in the model's vocabulary (a 400 naming `logit_bias`, not a host error)."""
     if req.logit_bias:
-        size = llm.get_model_info(req.model).vocab_size
-        for token, _ in req.logit_bias:
-            if token >= size:
-                raise BadRequest(
-                    f"'logit_bias' token id {token} is not in the vocabulary ({size} tokens)", "logit_bias"
-                )
+        size = llm.model_info(req.model).vocab_size
+        if max(req.logit_bias) >= size:
+            message = f"'logit_bias' token id {max(req.logit_bias)} is not in the vocabulary ({size} tokens)"
+            raise BadRequest(message, "logit_bias")
 
 
 class Exchange:
-    """One completion request: its id, its stream (when streamed) and its response envelope."""
+    """One completion request (chat or text): its id, its response envelope and choices, and its stream."""
 
     def __init__(self, req, writer, chat):
         self.req, self.writer, self.chat = req, writer, chat
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
         self.object = "chat.completion" if chat else "text_completion"
-        self.started = False
+        self.logprobs = req.params["logprobs"] is not None
+
+    def params(self, k=0):
+        """The SDK keywords of choice k: choice k uses seed + k (seeded choices differ, and repeat run to run)."""
+        seed = self.req.seed
+        return {**self.req.params, "seed": None if seed is None else (seed + k) % 2**64}
 
     def envelope(self, choices, usage=None, chunk=False):
-        value = {
-            "id": self.id,
-            "object": self.object + (".chunk" if chunk and self.chat else ""),
-            "created": self.created,
-            "model": self.req.model,
-            "choices": choices,
-        }
+        kind = self.object + (".chunk" if chunk and self.chat else "")
+        value = {"id": self.id, "object": kind, "created": self.created, "model": self.req.model, "choices": choices}
         if usage is not None or (chunk and self.req.include_usage):
             value["usage"] = usage
         return value
 
-    # -- streaming ---------------------------------------------------------------------------------------------
+    def choice(self, index, text, reason, logprobs, calls=()):
+        """A whole choice of a non-streamed answer."""
+        if not self.chat:
+            lp = completion_logprobs(logprobs) if self.logprobs else None
+            return {"index": index, "text": text, "logprobs": lp, "finish_reason": reason}
+        message = {"role": "assistant", "content": text, "refusal": None}
+        if calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls
+            ]
+        lp = {"content": chat_logprobs(logprobs), "refusal": None} if self.logprobs else None
+        return {"index": index, "message": message, "logprobs": lp, "finish_reason": reason}
 
-    def start(self):
-        self.writer.start(200, SSE_HEADERS)
-        self.started = True
+    def delta(self, index, delta, reason=None):
+        """A chunk's choice without text: the role, a tool call's piece, or the finish_reason."""
+        if self.chat:
+            return {"index": index, "delta": delta, "logprobs": None, "finish_reason": reason}
+        return {"index": index, "text": "", "logprobs": None, "finish_reason": reason}
 
-    def send(self, value):
+    def piece(self, index, chunk, offset):
+        """A chunk's choice with the text of a `Chunk` (`offset`: where it starts in its choice's text)."""
+        if self.chat:
+            lp = {"content": chat_logprobs(chunk.logprobs), "refusal": None} if self.logprobs else None
+            return {"index": index, "delta": {"content": chunk.text}, "logprobs": lp, "finish_reason": None}
+        lp = completion_logprobs(chunk.logprobs, offset) if self.logprobs else None
+        return {"index": index, "text": chunk.text, "logprobs": lp, "finish_reason": None}
+
+    def send(self, *choices, usage=None):
+        value = self.envelope(list(choices), usage, chunk=True)
         self.writer.write(f"data: {json.dumps(value)}\n\n".encode())
 
-    def winding_down(self):
-        return self.writer.time_left_ms() < WIND_DOWN_MS
-
-    def end_with_error(self, error):
-        """A stream that cannot finish: an error event, then [DONE] (clients raise on the event)."""
-        self.send(error.json())
-        self.writer.write(b"data: [DONE]\n\n")
-
-    def end(self, usage):
+    def stream(self, events, count, prompts=1):
+        """Events of `count` choices (an `interleave`, already opened, so input errors were raised as JSON errors),
+        each sent as a chunk of its choice; every choice ends with its finish_reason, the stream with [DONE]."""
+        self.writer.start(200, [("content-type", "text/event-stream"), ("cache-control", "no-store")])
+        usages, offsets, ended = [None] * count, [0] * count, set()
+        if self.chat:
+            self.send(*(self.delta(i, {"role": "assistant", "content": ""}) for i in range(count)))
+        try:
+            for i, event in events:
+                if isinstance(event, Done):
+                    usages[i] = event.usage
+                    ended.add(i)
+                    self.send(self.delta(i, {}, finish_name(event.finish_reason)))
+                elif isinstance(event, llm.ToolCallDelta):
+                    if event.index > 0 and not self.req.parallel_tool_calls:
+                        continue
+                    call = {"index": event.index, "function": {"arguments": event.arguments}}
+                    if event.id is not None:
+                        call["id"], call["type"] = event.id, "function"
+                    if event.name is not None:
+                        call["function"]["name"] = event.name
+                    self.send(self.delta(i, {"tool_calls": [call]}))
+                else:
+                    usages[i] = event.usage
+                    if event.text or event.logprobs:
+                        self.send(self.piece(i, event, offsets[i]))
+                        offsets[i] += len(event.text)
+                if self.writer.time_left_ms() < WIND_DOWN_MS:
+                    events.close()  # drops every stream still open: the host cancels their generations
+                    self.send(*(self.delta(k, {}, "length") for k in range(count) if k not in ended))
+                    break
+        except LlmError as error:  # an error event, then [DONE] (clients raise on the event); not a writer's error
+            error_json = api_error(error, self.req.model, self.writer).json()
+            self.writer.write(f"data: {json.dumps(error_json)}\n\ndata: [DONE]\n\n".encode())
+            return
+        finally:
+            events.close()
         if self.req.include_usage:
-            self.send(self.envelope([], usage=usage, chunk=True))
+            self.send(usage=usage_json(usages, count // prompts))
         self.writer.write(b"data: [DONE]\n\n")
 
+    def collect(self, events, count, prompts=1):
+        """The non-streamed answer of `count` choices."""
+        texts, logprobs, ends = [[] for _ in range(count)], [[] for _ in range(count)], [None] * count
+        with events:  # on an error, the other choices' generations stop too
+            for i, event in events:
+                if isinstance(event, Done):
+                    ends[i] = event
+                else:
+                    texts[i].append(event.text)
+                    logprobs[i].extend(event.logprobs)
+        choices = [
+            self.choice(i, "".join(texts[i]), ends[i] and finish_name(ends[i].finish_reason), logprobs[i])
+            for i in range(count)
+        ]
+        usage = usage_json([e and e.usage for e in ends], count // prompts)
+        return json_response(200, self.envelope(choices, usage))
 
-def chat_choice_delta(index, delta, reason=None, logprobs=None):
-    return {
-        "index": index,
-        "delta": delta,
-        "logprobs": {"content": logprobs, "refusal": None} if logprobs is not None else None,
-        "finish_reason": reason,
-    }
-
-
-def chat_constraint(req):
-    if req.response_format is None:
-        return None
-    kind, schema = req.response_format
-    return llm.Constraint_JsonObject() if kind == "json_object" else llm.Constraint_JsonSchema(schema)
-
-
-def chat_logprobs_param(req):
-    if not req.logprobs:
-        return None
-    return req.top_logprobs or 0
+    def forks(self, prompts):
+        """n choices of each prompt: forks of one sequence per prompt, all decoding together."""
+        seqs = []
+        try:
+            for prompt in prompts:
+                root = Sequence(self.req.model, prompt)
+                seqs += [root, *(root.fork() for _ in range(self.req.n - 1))]
+            openers = [lambda k=k, seq=seq: seq.stream(**self.params(k)) for k, seq in enumerate(seqs)]
+            events = interleave(openers)  # at most 4 (a model's default slots) generate at once
+            return (self.stream if self.req.stream else self.collect)(events, len(seqs), len(prompts))
+        finally:
+            for seq in seqs:
+                seq.close()
 
 
 def handle_chat(req, writer):
     check_logit_bias(req)
     ex = Exchange(req, writer, chat=True)
-    logprobs = chat_logprobs_param(req)
-    constraint = chat_constraint(req)
     if req.n > 1:
-        prompt = CHAT.render(req.model, req.messages, [])
-        return run_forks(ex, prompt, lambda i: inferencing(req, logprobs, chat_constraint(req), i))
-    params = inferencing(req, logprobs, constraint)
-    tools = req.tools if req.tool_choice[0] != "none" else []
-    if not req.stream:
-        out = CHAT.chat(req.model, req.messages, params, tools, req.tool_choice)
-        calls = out.tool_calls if req.parallel_tool_calls else out.tool_calls[:1]
-        message = {"role": "assistant", "content": out.content, "refusal": None}
-        if calls:
-            message["tool_calls"] = [
-                {"id": i, "type": "function", "function": {"name": n, "arguments": a}} for i, n, a in calls
-            ]
-        choice = {
-            "index": 0,
-            "message": message,
-            "logprobs": {"content": chat_logprobs(out.logprobs), "refusal": None} if logprobs is not None else None,
-            "finish_reason": finish_name(out.finish_reason),
-        }
-        usage = out.usage
-        return json_response(
-            200, ex.envelope([choice], usage_json(usage.prompt_token_count, usage.generated_token_count))
-        )
-    events = CHAT.stream(req.model, req.messages, params, tools, req.tool_choice)  # input errors raise here
-    ex.start()
-    ex.send(ex.envelope([chat_choice_delta(0, {"role": "assistant", "content": ""})], chunk=True))
-    prompt_tokens = generated = 0
-    try:
-        for event in events:
-            if event[0] == "content":
-                chunk = event[1]
-                prompt_tokens, generated = chunk.usage.prompt_token_count, chunk.usage.generated_token_count
-                lp = chat_logprobs(chunk.logprobs) if logprobs is not None else None
-                if chunk.text or lp:
-                    ex.send(ex.envelope([chat_choice_delta(0, {"content": chunk.text}, None, lp)], chunk=True))
-            elif event[0] == "tool":
-                _, index, call_id, name, arguments = event
-                if index > 0 and not req.parallel_tool_calls:
-                    continue
-                call = {"index": index, "function": {"arguments": arguments}}
-                if call_id is not None:
-                    call["id"], call["type"] = call_id, "function"
-                if name is not None:
-                    call["function"]["name"] = name
-                ex.send(ex.envelope([chat_choice_delta(0, {"tool_calls": [call]})], chunk=True))
-            else:
-                _, reason, usage = event
-                ex.send(ex.envelope([chat_choice_delta(0, {}, finish_name(reason))], chunk=True))
-                ex.end(usage_json(usage.prompt_token_count, usage.generated_token_count))
-                return None
-            if ex.winding_down():
-                events.close()  # drops the stream: the host cancels the generation
-                ex.send(ex.envelope([chat_choice_delta(0, {}, "length")], chunk=True))
-                ex.end(usage_json(prompt_tokens, generated))
-                return None
-    except Err as error:
-        if isinstance(error.value, (http.WriteError_Closed, http.WriteError_Invalid)):
-            raise
-        ex.end_with_error(llm_error(error, req.model, writer))
-    return None
+        return ex.forks([llm.apply_chat_template(req.messages, req.model)])
+    options = {"tools": req.tools if req.tool_choice != "none" else [], "tool_choice": req.tool_choice}
+    if req.stream:
+        return ex.stream(interleave([lambda: llm.chat_stream(req.messages, req.model, **options, **ex.params())]), 1)
+    out = llm.chat(req.messages, req.model, **options, **ex.params())
+    calls = out.tool_calls if req.parallel_tool_calls else out.tool_calls[:1]
+    choice = ex.choice(0, out.content, finish_name(out.finish_reason), out.logprobs, calls)
+    return json_response(200, ex.envelope([choice], usage_json([out.usage])))
 
 
 def handle_completions(req, writer):
     check_logit_bias(req)
     ex = Exchange(req, writer, chat=False)
-    logprobs = req.logprobs
-    if req.n > 1 or len(req.prompts) > 1:
-        if len(req.prompts) == 1:
-            return run_forks(ex, req.prompts[0], lambda i: inferencing(req, logprobs, None, i))
-        return run_prompts(ex, req, logprobs)
-    params = inferencing(req, logprobs)
-    prompt = req.prompts[0]
-    if not req.stream:
-        result = llm.infer(req.model, prompt, params)
-        choice = {
-            "index": 0,
-            "text": result.text,
-            "logprobs": completion_logprobs(result.logprobs) if logprobs is not None else None,
-            "finish_reason": finish_name(result.finish_reason),
-        }
-        u = result.usage
-        return json_response(200, ex.envelope([choice], usage_json(u.prompt_token_count, u.generated_token_count)))
-    events = round_robin(lambda _: llm.infer_stream(req.model, prompt, params), 1)  # input errors raise here
-    ex.start()
-    return stream_choices(ex, events, 1, logprobs)
+    if req.n > 1 or len(req.prompt) > 1:
+        return ex.forks(req.prompt)
+    if req.stream:
+        return ex.stream(interleave([lambda: llm.stream(req.prompt[0], req.model, **ex.params())]), 1)
+    out = llm.infer(req.prompt[0], req.model, **ex.params())
+    choice = ex.choice(0, out.text, finish_name(out.finish_reason), out.logprobs)
+    return json_response(200, ex.envelope([choice], usage_json([out.usage])))
 
 
-def completion_choice(index, text, reason, logprobs=None):
-    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": reason}
-
-
-def run_forks(ex, prompt, params_for):
-    """n choices of one prompt, as forks of one sequence that decode together."""
-    req = ex.req
-    seqs = fork_sequences(req.model, prompt, req.n)
-    try:
-        events = round_robin(lambda i: seqs[i].generate_stream(params_for(i)), req.n)
-        if req.stream:
-            ex.start()
-            return stream_choices(ex, events, req.n, chat_logprobs_param(req) if ex.chat else req.logprobs)
-        return collect_choices(ex, events, req.n)
-    finally:
-        for seq in seqs:
-            seq.__exit__(None, None, None)
-
-
-def run_prompts(ex, req, logprobs):
-    """Several prompts (× n): one fork group per prompt, all decoding together."""
-    groups = []
-    try:
-        for prompt in req.prompts:
-            groups.extend(fork_sequences(req.model, prompt, req.n))
-        count = len(groups)
-        events = round_robin(lambda k: groups[k].generate_stream(inferencing(req, logprobs, None, k)), count)
-        if req.stream:
-            ex.start()
-            return stream_choices(ex, events, count, logprobs, prompts=len(req.prompts))
-        return collect_choices(ex, events, count, prompts=len(req.prompts))
-    finally:
-        for seq in groups:
-            seq.__exit__(None, None, None)
-
-
-def collect_choices(ex, events, count, prompts=1):
-    texts = [[] for _ in range(count)]
-    lps = [[] for _ in range(count)]
-    reasons = [None] * count
-    usages = [None] * count
-    try:
-        for i, event in events:
-            if event[0] == "content":
-                texts[i].append(event[1].text)
-                lps[i].extend(event[1].logprobs)
-            else:
-                reasons[i], usages[i] = finish_name(event[1]), event[2]
-    finally:
-        events.close()  # on an error, the other choices' generations stop too
-    choices = []
-    want_logprobs = (ex.req.logprobs if not ex.chat else chat_logprobs_param(ex.req)) is not None
-    for i in range(count):
-        text = "".join(texts[i])
-        if ex.chat:
-            logprobs = {"content": chat_logprobs(lps[i]), "refusal": None} if want_logprobs else None
-            message = {"role": "assistant", "content": text, "refusal": None}
-            choices.append({"index": i, "message": message, "logprobs": logprobs, "finish_reason": reasons[i]})
-        else:
-            logprobs = completion_logprobs(lps[i]) if want_logprobs else None
-            choices.append(completion_choice(i, text, reasons[i], logprobs))
-    return json_response(200, ex.envelope(choices, total_usage(usages, count // prompts)))
-
-
-def total_usage(usages, per_prompt):
-    """Each prompt is counted once (its forks share it); every choice's generated tokens count."""
-    prompt = sum(u.prompt_token_count for k, u in enumerate(usages) if u is not None and k % per_prompt == 0)
-    return usage_json(prompt, sum(u.generated_token_count for u in usages if u is not None))
-
-
-def stream_choices(ex, events, count, logprobs, prompts=1):
-    """Streams read in turn, each event sent as a chunk of its choice; every choice ends with its finish_reason."""
-    usages = [None] * count
-    offsets = [0] * count
-    if ex.chat:
-        ex.send(
-            ex.envelope([chat_choice_delta(i, {"role": "assistant", "content": ""}) for i in range(count)], chunk=True)
-        )
-    ended = set()
-    try:
-        for i, event in events:
-            if event[0] == "content":
-                chunk = event[1]
-                usages[i] = chunk.usage
-                if ex.chat:
-                    lp = chat_logprobs(chunk.logprobs) if logprobs is not None else None
-                    if chunk.text or lp:
-                        ex.send(ex.envelope([chat_choice_delta(i, {"content": chunk.text}, None, lp)], chunk=True))
-                elif chunk.text or chunk.logprobs:
-                    lp = completion_logprobs(chunk.logprobs, offsets[i]) if logprobs is not None else None
-                    offsets[i] += len(chunk.text)
-                    ex.send(ex.envelope([completion_choice(i, chunk.text, None, lp)], chunk=True))
-            else:
-                usages[i] = event[2]
-                ended.add(i)
-                reason = finish_name(event[1])
-                choice = chat_choice_delta(i, {}, reason) if ex.chat else completion_choice(i, "", reason)
-                ex.send(ex.envelope([choice], chunk=True))
-            if ex.winding_down():
-                events.close()  # drops every stream still open: the host cancels their generations
-                for k in range(count):
-                    if k not in ended:
-                        choice = chat_choice_delta(k, {}, "length") if ex.chat else completion_choice(k, "", "length")
-                        ex.send(ex.envelope([choice], chunk=True))
-                break
-    except Err as error:
-        if isinstance(error.value, (http.WriteError_Closed, http.WriteError_Invalid)):
-            raise
-        events.close()
-        ex.end_with_error(llm_error(error, ex.req.model, ex.writer))
-        return None
-    ex.end(total_usage(usages, count // prompts))
-    return None
-
-
-def handle_embeddings(req):
-    result = llm.generate_embeddings(req.model, req.texts)
+def handle_embeddings(req, writer):
+    vectors = llm.embed(req.input, req.model)
     data = []
-    for i, vector in enumerate(result.embeddings):
-        if req.encoding == "base64":
+    for i, vector in enumerate(vectors):
+        if req.encoding_format == "base64":
             vector = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
         data.append({"object": "embedding", "index": i, "embedding": vector})
-    tokens = result.usage.prompt_token_count
-    return json_response(
-        200,
-        {
-            "object": "list",
-            "data": data,
-            "model": req.model,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        },
-    )
-
-
-def model_json(info):
-    return {"id": info.name, "object": "model", "created": 0, "owned_by": "llmhost"}
+    tokens = vectors.usage.prompt_tokens
+    usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+    return json_response(200, {"object": "list", "data": data, "model": req.model, "usage": usage})
 
 
 def handle_models(model_id=None):
-    listed = llm.list_models()
+    models = [{"id": m.name, "object": "model", "created": 0, "owned_by": "llmhost"} for m in llm.list_models()]
     if model_id is None:
-        return json_response(200, {"object": "list", "data": [model_json(m) for m in listed]})
-    for info in listed:
-        if info.name == model_id:
-            return json_response(200, model_json(info))
-    raise BadRequest(
-        f"The model `{model_id}` does not exist or you do not have access to it.", "model", 404, "model_not_found"
-    )
+        return json_response(200, {"object": "list", "data": models})
+    for model in models:
+        if model["id"] == model_id:
+            return json_response(200, model)
+    raise model_not_found(model_id)
 
 
 def read_json(request):
@@ -471,10 +278,11 @@ def read_json(request):
     return body
 
 
+# path -> (checks the body, answers, the param a host's invalid-input message names when it names no field)
 POST_ROUTES = {
-    "/v1/chat/completions": (ChatRequest, handle_chat),
-    "/v1/completions": (CompletionRequest, handle_completions),
-    "/v1/embeddings": (EmbeddingRequest, None),
+    "/v1/chat/completions": (chat_request, handle_chat, "messages"),
+    "/v1/completions": (completion_request, handle_completions, "prompt"),
+    "/v1/embeddings": (embedding_request, handle_embeddings, "input"),
 }
 
 
@@ -486,33 +294,27 @@ def route(request, writer):
     if path == "/v1/models" or path.startswith("/v1/models/"):
         if request.method != "GET":
             raise BadRequest(f"{path} takes GET", status=405, code="method_not_allowed")
-        model_id = unquote(path[len("/v1/models/") :]) if path != "/v1/models" else None
-        return handle_models(model_id)
+        return handle_models(unquote(path[len("/v1/models/") :]) if path != "/v1/models" else None)
     if path not in POST_ROUTES:
         raise BadRequest(f"Invalid URL ({request.method} {path})", status=404, code="not_found")
     if request.method != "POST":
         raise BadRequest(f"{path} takes POST", status=405, code="method_not_allowed")
-    parse, handle = POST_ROUTES[path]
-    req = parse(read_json(request))
+    check, handle, param = POST_ROUTES[path]
+    req = check(read_json(request))
     try:
-        if handle is None:
-            return handle_embeddings(req)
         return handle(req, writer)
-    except Err as error:
-        if isinstance(error.value, (http.WriteError_Closed, http.WriteError_Invalid)):
-            raise
-        raise llm_error(error, req.model, writer, "messages" if isinstance(req, ChatRequest) else "prompt") from None
+    except LlmError as error:
+        raise api_error(error, req.model, writer, param) from None
 
 
 class Handler(exports.Handler):
     def handle(self, request, writer):
         try:
-            response = route(request, writer)
-            return response if response is not None else http.Response(status=200, headers=[], body=b"")
-        except BadRequest as error:
-            return error_response(error)
+            return route(request, writer) or http.Response(status=200, headers=[], body=b"")  # None: streamed
         except Err:  # the writer refused: the client left, or the grace after the deadline ran out
             return http.Response(status=200, headers=[], body=b"")
-        except Exception:  # a bug here: answer 500 in OpenAI's shape instead of trapping
-            traceback.print_exc()
-            return error_response(BadRequest("internal error in openai-compat", None, 500))
+        except Exception as error:  # not a BadRequest: a bug here, answered 500 in OpenAI's shape instead of a trap
+            if not isinstance(error, BadRequest):
+                traceback.print_exc()
+                error = BadRequest("internal error in openai-compat", None, 500)
+            return json_response(error.status, error.json())

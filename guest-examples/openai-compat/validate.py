@@ -1,25 +1,22 @@
-"""Request validation for openai-compat, in plain Python (no pydantic in the guest).
+"""Request checking for openai-compat: one table of fields per route, in plain Python (no pydantic in the guest).
 
-Every check raises `BadRequest` naming the offending `param` the way OpenAI does (`messages[1].content`,
-`tools[0].function.name`), so a malformed request — wrong types included — gets a 400 in OpenAI's error shape and
-never reaches the model, let alone traps the guest. Fields OpenAI defines but this server cannot honour are
-refused with 400, never dropped silently; unknown fields are refused as OpenAI refuses them.
+Every check raises `BadRequest` naming the offending `param` the way OpenAI does (`messages[1].content`), so a
+malformed request (wrong types included) gets a 400 in OpenAI's error shape and never reaches the model. Fields
+OpenAI defines but this server cannot honour are refused, never dropped silently, and so are unknown fields. A
+checked request carries `params`: the keywords of the guest SDK's `llm.infer`, `llm.chat`, `Sequence.stream`.
 """
 
 import json
 import math
 import re
+from types import SimpleNamespace
 
 MAX_N = 8  # choices per request: they decode together in one batch, one sequence slot each
 MAX_STOP = 4  # OpenAI's limit
-MAX_TOP_LOGPROBS = 20  # chat (the host's limit too)
-MAX_COMPLETION_LOGPROBS = 5  # /v1/completions' legacy `logprobs`
 MAX_LOGIT_BIAS = 1024  # the host's limit
-# OpenAI's penalties count every earlier occurrence; the host applies them over a window of recent tokens
-# (prompt included), this long.
-PENALTY_WINDOW = 256
+PENALTY_WINDOW = 256  # OpenAI's penalties count every earlier occurrence; the host's, this many recent tokens
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-ROLES = ("system", "developer", "user", "assistant", "tool")
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 # Accepted, with no effect on the answer (metadata, routing hints of OpenAI's platform).
 IGNORED = {"user", "store", "metadata", "service_tier", "prompt_cache_key", "safety_identifier"}
@@ -27,25 +24,10 @@ IGNORED = {"user", "store", "metadata", "service_tier", "prompt_cache_key", "saf
 REFUSED = {
     "functions": "the deprecated `functions` are not supported: use `tools`",
     "function_call": "the deprecated `function_call` is not supported: use `tool_choice`",
-    "audio": "audio output is not supported",
-    "modalities": "only text output is supported",
-    "prediction": "predicted outputs are not supported",
-    "web_search_options": "web search is not supported",
-    "reasoning_effort": "this model does not reason",
-    "verbosity": "`verbosity` is not supported",
-}
-
-CHAT_FIELDS = {
-    "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "n", "stop",
-    "seed", "stream", "stream_options", "logprobs", "top_logprobs", "frequency_penalty", "presence_penalty",
-    "logit_bias", "response_format", "tools", "tool_choice", "parallel_tool_calls",
+    "audio": "audio output is not supported", "modalities": "only text output is supported",
+    "prediction": "predicted outputs are not supported", "web_search_options": "web search is not supported",
+    "reasoning_effort": "this model does not reason", "verbosity": "`verbosity` is not supported",
 }  # fmt: skip
-COMPLETION_FIELDS = {
-    "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "n", "stop", "seed", "stream",
-    "stream_options", "logprobs", "frequency_penalty", "presence_penalty", "logit_bias", "echo", "best_of",
-    "suffix",
-}  # fmt: skip
-EMBEDDING_FIELDS = {"model", "input", "encoding_format", "dimensions"}
 
 
 class BadRequest(Exception):
@@ -60,59 +42,58 @@ class BadRequest(Exception):
         return {"error": {"message": str(self), "type": self.kind, "param": self.param, "code": self.code}}
 
 
-def _type_name(value):
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(value), "a number"
+def model_not_found(model):
+    return BadRequest(
+        f"The model `{model}` does not exist or you do not have access to it.", "model", 404, "model_not_found"
     )
 
 
-def _wrong(param, expected, value):
-    return BadRequest(f"Invalid type for '{param}': expected {expected}, but got {_type_name(value)}.", param)
+def wrong(param, expected, value):
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+    return BadRequest(
+        f"Invalid type for '{param}': expected {expected}, but got {names.get(type(value), 'a number')}.", param
+    )
 
 
 def is_number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def number(body, name, low, high, default, low_open=False):
-    value = body.get(name)
-    if value is None:
-        return default
-    if not is_number(value) or not math.isfinite(value):
-        raise _wrong(name, "a number", value)
-    if value < low or value > high or (low_open and value == low):
-        bound = f"({low}" if low_open else f"[{low}"
-        raise BadRequest(f"'{name}' must be in {bound}, {high}]; got {value}", name, code="invalid_value")
-    return float(value)
+# -- field checkers: check(value, param) -> the checked value; `value` is None when the field is absent ---------
 
 
-def integer(body, name, low, high, default, param=None):
-    value = body.get(name)
-    param = param or name
-    if value is None:
-        return default
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise _wrong(param, "an integer", value)
-    if value < low or (high is not None and value > high):
-        limit = f"at least {low}" if high is None else f"between {low} and {high}"
-        raise BadRequest(f"'{param}' must be {limit}; got {value}", param, code="invalid_value")
-    return value
+def number(low, high, default, kind=float, low_open=False):
+    """A number in [low, high] (`high` None: no bound); `kind` int: an integer (a float with an integral value too)."""
+
+    def check(value, param):
+        if value is None:
+            return default
+        if kind is int and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not is_number(value) or not math.isfinite(value) or (kind is int and not isinstance(value, int)):
+            raise wrong(param, "an integer" if kind is int else "a number", value)
+        if value < low or (high is not None and value > high) or (low_open and value == low):
+            bound = f"at least {low}" if high is None else f"in {'(' if low_open else '['}{low}, {high}]"
+            raise BadRequest(f"'{param}' must be {bound}; got {value}", param, code="invalid_value")
+        return kind(value)
+
+    return check
 
 
-def boolean(body, name, default=False):
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise _wrong(name, "a boolean", value)
-    return value
+def boolean(default=False):
+    def check(value, param):
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise wrong(param, "a boolean", value)
+        return value
+
+    return check
 
 
 def string(value, param, allow_empty=True):
     if not isinstance(value, str):
-        raise _wrong(param, "a string", value)
+        raise wrong(param, "a string", value)
     if not allow_empty and not value:
         raise BadRequest(f"'{param}' must not be empty", param, code="invalid_value")
     return value
@@ -120,192 +101,139 @@ def string(value, param, allow_empty=True):
 
 def obj(value, param):
     if not isinstance(value, dict):
-        raise _wrong(param, "an object", value)
+        raise wrong(param, "an object", value)
     return value
 
 
-def check_fields(body, allowed):
-    for name in body:
-        if name in REFUSED:
-            raise BadRequest(REFUSED[name], name, code="unsupported_parameter")
-        if name not in allowed and name not in IGNORED:
-            raise BadRequest(f"Unrecognized request argument supplied: {name}", name, code="unknown_parameter")
-
-
-class Sampling:
-    """The fields `/v1/chat/completions` and `/v1/completions` share, checked."""
-
-    def __init__(self, body, chat):
-        self.model = body.get("model")
-        if self.model is None:
-            raise BadRequest("you must provide a model parameter", "model", code="missing_required_parameter")
-        string(self.model, "model", allow_empty=False)
-        default_max = None if chat else 16  # OpenAI's defaults: none for chat, 16 for completions
-        max_tokens = integer(body, "max_tokens", 1, None, default_max)
-        if chat:
-            max_tokens = integer(body, "max_completion_tokens", 1, None, max_tokens)
-        self.max_tokens = max_tokens
-        self.temperature = number(body, "temperature", 0, 2, 1.0)
-        self.top_p = number(body, "top_p", 0, 1, 1.0, low_open=True)
-        self.top_k = integer(body, "top_k", 0, None, 0)  # an extension (llama.cpp's, vLLM's)
-        self.n = integer(body, "n", 1, MAX_N, 1)
-        self.seed = integer(body, "seed", -(2**63), 2**64 - 1, None)
-        self.stop = self._stop(body.get("stop"))
-        self.stream = boolean(body, "stream")
-        self.include_usage = False
-        options = body.get("stream_options")
-        if options is not None:
-            if not self.stream:
-                raise BadRequest("'stream_options' is only allowed when 'stream' is true", "stream_options")
-            obj(options, "stream_options")
-            for key in options:
-                if key != "include_usage":
-                    raise BadRequest(f"Unrecognized stream option: {key}", f"stream_options.{key}")
-            self.include_usage = boolean(options, "include_usage")
-            if "include_usage" in options and not isinstance(options["include_usage"], bool):
-                raise _wrong("stream_options.include_usage", "a boolean", options["include_usage"])
-        self.frequency_penalty = number(body, "frequency_penalty", -2, 2, 0.0)
-        self.presence_penalty = number(body, "presence_penalty", -2, 2, 0.0)
-        self.logit_bias = self._logit_bias(body.get("logit_bias"))
-
-    @staticmethod
-    def _stop(stop):
-        if stop is None:
-            return []
-        if isinstance(stop, str):
-            stop = [stop]
-        if not isinstance(stop, list):
-            raise _wrong("stop", "a string or an array of strings", stop)
-        if len(stop) > MAX_STOP:
-            raise BadRequest(f"'stop' takes at most {MAX_STOP} sequences; got {len(stop)}", "stop")
-        for i, s in enumerate(stop):
-            string(s, f"stop[{i}]", allow_empty=False)
-        return stop
-
-    @staticmethod
-    def _logit_bias(bias):
-        if bias is None:
-            return []
-        obj(bias, "logit_bias")
-        if len(bias) > MAX_LOGIT_BIAS:
-            raise BadRequest(f"'logit_bias' takes at most {MAX_LOGIT_BIAS} entries", "logit_bias")
-        entries = []
-        for key, value in bias.items():
-            if not (isinstance(key, str) and key.isdigit()):
-                raise BadRequest(f"'logit_bias' keys are token ids (integers as strings); got {key!r}", "logit_bias")
-            if not is_number(value) or not -100 <= value <= 100:
-                raise BadRequest(f"'logit_bias[{key}]' must be a number in [-100, 100]", "logit_bias")
-            entries.append((int(key), float(value)))
-        return entries
-
-
-def _text_content(content, param, allow_null=False):
-    """A message's content: a string, or an array of text parts (joined)."""
-    if content is None and allow_null:
-        return None
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for i, part in enumerate(content):
-            obj(part, f"{param}[{i}]")
-            kind = part.get("type")
-            if kind != "text":
-                what = f"content parts of type {kind!r}" if isinstance(kind, str) else "content parts without a type"
-                raise BadRequest(f"{what} are not supported (text only)", f"{param}[{i}].type")
-            texts.append(string(part.get("text"), f"{param}[{i}].text"))
-        return "".join(texts)
-    raise _wrong(param, "a string or an array of content parts", content)
-
-
-class Message:
-    def __init__(self, role, content, tool_calls=(), tool_call_id=None):
-        self.role, self.content, self.tool_calls, self.tool_call_id = role, content, list(tool_calls), tool_call_id
-
-
-def messages(value):
+def array(value, param, item, expected="an array"):
+    """A list whose items are checked by `item(value, param)`, each named `param[i]`."""
     if not isinstance(value, list):
-        raise _wrong("messages", "an array", value)
-    if not value:
-        raise BadRequest("'messages' must hold at least one message", "messages", code="empty_array")
-    out = []
-    for i, message in enumerate(value):
-        param = f"messages[{i}]"
-        obj(message, param)
-        role = message.get("role")
-        if role not in ROLES:
-            raise BadRequest(f"'{param}.role' must be one of {', '.join(ROLES)}; got {role!r}", f"{param}.role")
-        if "name" in message:
-            string(message["name"], f"{param}.name")
-        calls = []
-        if role == "assistant":
-            raw = message.get("tool_calls")
-            if raw is not None:
-                if not isinstance(raw, list):
-                    raise _wrong(f"{param}.tool_calls", "an array", raw)
-                for j, call in enumerate(raw):
-                    cp = f"{param}.tool_calls[{j}]"
-                    obj(call, cp)
-                    if call.get("type", "function") != "function":
-                        raise BadRequest(f"'{cp}.type' must be 'function'", f"{cp}.type")
-                    function = obj(call.get("function"), f"{cp}.function")
-                    calls.append(
-                        (
-                            string(call.get("id"), f"{cp}.id", allow_empty=False),
-                            string(function.get("name"), f"{cp}.function.name", allow_empty=False),
-                            string(function.get("arguments"), f"{cp}.function.arguments"),
-                        )
-                    )
-            content = _text_content(message.get("content"), f"{param}.content", allow_null=bool(calls))
-        else:
-            content = _text_content(message.get("content"), f"{param}.content")
-        call_id = None
-        if role == "tool":
-            call_id = string(message.get("tool_call_id"), f"{param}.tool_call_id", allow_empty=False)
-        out.append(Message(role, content, calls, call_id))
-    return out
+        raise wrong(param, expected, value)
+    return [item(v, f"{param}[{i}]") for i, v in enumerate(value)]
 
 
-class ToolSpec:
-    def __init__(self, name, description, parameters):
-        self.name, self.description, self.parameters = name, description, parameters
+def refused(message, allowed=(None,)):
+    def check(value, param):
+        if value not in allowed:
+            raise BadRequest(message, param)
+        return value
+
+    return check
 
 
-def tools(value):
+def model(value, param):
     if value is None:
-        return []
-    if not isinstance(value, list):
-        raise _wrong("tools", "an array", value)
-    out, names = [], set()
-    for i, tool in enumerate(value):
-        param = f"tools[{i}]"
-        obj(tool, param)
-        if tool.get("type") != "function":
-            raise BadRequest(f"'{param}.type' must be 'function'; got {tool.get('type')!r}", f"{param}.type")
-        function = obj(tool.get("function"), f"{param}.function")
-        name = string(function.get("name"), f"{param}.function.name")
-        if not TOOL_NAME.match(name):
-            raise BadRequest(
-                f"'{param}.function.name' must match ^[a-zA-Z0-9_-]{{1,64}}$; got {name!r}", f"{param}.function.name"
-            )
-        if name in names:
-            raise BadRequest(f"tool name {name!r} is defined twice", f"{param}.function.name")
-        names.add(name)
-        description = function.get("description")
-        if description is not None:
-            string(description, f"{param}.function.description")
-        parameters = function.get("parameters", {"type": "object", "properties": {}})
-        obj(parameters, f"{param}.function.parameters")
-        if "strict" in function and not isinstance(function["strict"], bool):
-            raise _wrong(f"{param}.function.strict", "a boolean", function["strict"])
-        out.append(ToolSpec(name, description, json.dumps(parameters)))
-    return out
+        raise BadRequest("you must provide a model parameter", param, code="missing_required_parameter")
+    return string(value, param, allow_empty=False)
+
+
+def stop(value, param):
+    values = [] if value is None else [value] if isinstance(value, str) else value
+    expected = "a string or an array of strings"
+    if isinstance(values, list) and len(values) > MAX_STOP:
+        raise BadRequest(f"'{param}' takes at most {MAX_STOP} sequences; got {len(values)}", param)
+    return array(values, param, lambda s, p: string(s, p, allow_empty=False), expected)
+
+
+def stream_options(value, param):
+    if value is None:
+        return False
+    for key in obj(value, param):
+        if key != "include_usage":
+            raise BadRequest(f"Unrecognized stream option: {key}", f"{param}.{key}")
+    return boolean()(value.get("include_usage"), f"{param}.include_usage")
+
+
+def logit_bias(value, param):
+    if value is None:
+        return {}
+    if len(obj(value, param)) > MAX_LOGIT_BIAS:
+        raise BadRequest(f"'{param}' takes at most {MAX_LOGIT_BIAS} entries", param)
+    for key, bias in value.items():
+        if not key.isdigit():
+            raise BadRequest(f"'{param}' keys are token ids (integers as strings); got {key!r}", param)
+        if not is_number(bias) or not -100 <= bias <= 100:
+            raise BadRequest(f"'{param}[{key}]' must be a number in [-100, 100]", param)
+    return {int(key): float(bias) for key, bias in value.items()}
+
+
+def text_part(part, param):
+    kind = obj(part, param).get("type")
+    if kind != "text":
+        what = f"content parts of type {kind!r}" if isinstance(kind, str) else "content parts without a type"
+        raise BadRequest(f"{what} are not supported (text only)", f"{param}.type")
+    return string(part.get("text"), f"{param}.text")
+
+
+def content(value, param, allow_null=False):
+    """A message's content: a string, or an array of text parts (joined)."""
+    if value is None and allow_null or isinstance(value, str):
+        return value
+    return "".join(array(value, param, text_part, "a string or an array of content parts"))
+
+
+def tool_call(call, param):
+    if obj(call, param).get("type", "function") != "function":
+        raise BadRequest(f"'{param}.type' must be 'function'", f"{param}.type")
+    function = obj(call.get("function"), f"{param}.function")
+    return {
+        "id": string(call.get("id"), f"{param}.id", allow_empty=False),
+        "name": string(function.get("name"), f"{param}.function.name", allow_empty=False),
+        "arguments": string(function.get("arguments"), f"{param}.function.arguments"),
+    }
+
+
+def message(value, param):
+    """A message as the guest SDK's dict (`developer` as `system`)."""
+    role = obj(value, param).get("role")
+    if role not in ROLES:
+        raise BadRequest(f"'{param}.role' must be one of {', '.join(ROLES)}; got {role!r}", f"{param}.role")
+    if "name" in value:
+        string(value["name"], f"{param}.name")
+    calls = value.get("tool_calls") if role == "assistant" else None
+    calls = [] if calls is None else array(calls, f"{param}.tool_calls", tool_call)
+    call_id = string(value.get("tool_call_id"), f"{param}.tool_call_id", False) if role == "tool" else None
+    text = content(value.get("content"), f"{param}.content", allow_null=bool(calls))
+    return {"role": ROLES[role], "content": text, "tool_calls": calls, "tool_call_id": call_id}
+
+
+def messages(value, param):
+    if value == []:
+        raise BadRequest(f"'{param}' must hold at least one message", param, code="empty_array")
+    return array(value, param, message)
+
+
+def tool(value, param):
+    """A tool as the guest SDK's dict ({"name", "description", "parameters": JSON text})."""
+    if obj(value, param).get("type") != "function":
+        raise BadRequest(f"'{param}.type' must be 'function'; got {value.get('type')!r}", f"{param}.type")
+    function = obj(value.get("function"), f"{param}.function")
+    name = string(function.get("name"), f"{param}.function.name")
+    if not TOOL_NAME.match(name):
+        raise BadRequest(
+            f"'{param}.function.name' must match {TOOL_NAME.pattern}; got {name!r}", f"{param}.function.name"
+        )
+    description = function.get("description")
+    if description is not None:
+        string(description, f"{param}.function.description")
+    parameters = obj(function.get("parameters", {"type": "object", "properties": {}}), f"{param}.function.parameters")
+    boolean()(function.get("strict"), f"{param}.function.strict")
+    return {"name": name, "description": description, "parameters": json.dumps(parameters)}
+
+
+def tools(value, param):
+    specs = [] if value is None else array(value, param, tool)
+    names = [spec["name"] for spec in specs]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise BadRequest(f"tool name {name!r} is defined twice", f"{param}[{i}].function.name")
+    return specs
 
 
 def tool_choice(value, specs):
-    """("none" | "auto" | "required" | "named", name or None)."""
+    """The guest SDK's `tool_choice`: "none", "auto", "required" or {"name": NAME}."""
     if value is None:
-        return ("auto", None) if specs else ("none", None)
+        return "auto" if specs else "none"
     if not specs:
         raise BadRequest("'tool_choice' is only allowed when 'tools' are specified", "tool_choice")
     if isinstance(value, str):
@@ -313,99 +241,136 @@ def tool_choice(value, specs):
             raise BadRequest(
                 f"'tool_choice' must be none, auto, required or a named tool; got {value!r}", "tool_choice"
             )
-        return value, None
-    obj(value, "tool_choice")
-    if value.get("type") != "function":
+        return value
+    if obj(value, "tool_choice").get("type") != "function":
         raise BadRequest("'tool_choice.type' must be 'function'", "tool_choice.type")
     name = string(obj(value.get("function"), "tool_choice.function").get("name"), "tool_choice.function.name")
-    if name not in [s.name for s in specs]:
+    if name not in [s["name"] for s in specs]:
         raise BadRequest(f"'tool_choice' names the tool {name!r}, which is not in 'tools'", "tool_choice.function.name")
-    return "named", name
+    return {"name": name}
 
 
-def response_format(value):
-    """None, ("json_object", None) or ("json_schema", schema text)."""
-    if value is None:
-        return None
-    obj(value, "response_format")
-    kind = value.get("type")
+def response_format(value, param):
+    """The guest SDK's structured-output keyword: {}, {"json_object": True} or {"json_schema": schema text}."""
+    kind = "text" if value is None else obj(value, param).get("type")
     if kind == "text":
-        return None
+        return {}
     if kind == "json_object":
-        return ("json_object", None)
+        return {"json_object": True}
     if kind == "json_schema":
-        spec = obj(value.get("json_schema"), "response_format.json_schema")
-        string(spec.get("name"), "response_format.json_schema.name", allow_empty=False)
-        schema = obj(spec.get("schema", {}), "response_format.json_schema.schema")
-        if "strict" in spec and spec["strict"] is not None and not isinstance(spec["strict"], bool):
-            raise _wrong("response_format.json_schema.strict", "a boolean", spec["strict"])
-        return ("json_schema", json.dumps(schema))
-    raise BadRequest(
-        f"'response_format.type' must be text, json_object or json_schema; got {kind!r}", "response_format.type"
-    )
+        spec = obj(value.get("json_schema"), f"{param}.json_schema")
+        string(spec.get("name"), f"{param}.json_schema.name", allow_empty=False)
+        boolean()(spec.get("strict"), f"{param}.json_schema.strict")
+        return {"json_schema": json.dumps(obj(spec.get("schema", {}), f"{param}.json_schema.schema"))}
+    raise BadRequest(f"'{param}.type' must be text, json_object or json_schema; got {kind!r}", f"{param}.type")
 
 
-class ChatRequest(Sampling):
-    def __init__(self, body):
-        check_fields(body, CHAT_FIELDS)
-        super().__init__(body, chat=True)
-        self.messages = messages(body.get("messages"))
-        self.logprobs = boolean(body, "logprobs")
-        self.top_logprobs = integer(body, "top_logprobs", 0, MAX_TOP_LOGPROBS, None)
-        if self.top_logprobs is not None and not self.logprobs:
-            raise BadRequest("'top_logprobs' requires 'logprobs' to be true", "top_logprobs")
-        self.tools = tools(body.get("tools"))
-        self.tool_choice = tool_choice(body.get("tool_choice"), self.tools)
-        self.parallel_tool_calls = boolean(body, "parallel_tool_calls", True)
-        self.response_format = response_format(body.get("response_format"))
-        if self.n > 1 and self.tools and self.tool_choice[0] != "none":
-            raise BadRequest("'n' > 1 cannot be combined with tools (one choice per request then)", "n")
+def texts(value, param, kind="prompts"):
+    """A string or a non-empty list of strings (`prompt`; `input`, whose strings must not be empty)."""
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list) or not values:
+        raise wrong(param, "a string or a non-empty array of strings", value)
+    for i, text in enumerate(values):
+        if is_number(text) or isinstance(text, list):
+            raise BadRequest(f"token-id {kind} are not supported: send text", param)
+        if not string(text, f"{param}[{i}]" if kind == "input" else param) and kind == "input":
+            raise BadRequest(f"'{param}[{i}]' must not be empty", param)
+    return values
 
 
-class CompletionRequest(Sampling):
-    def __init__(self, body):
-        check_fields(body, COMPLETION_FIELDS)
-        super().__init__(body, chat=False)
-        prompt = body.get("prompt")
-        if isinstance(prompt, str):
-            prompts = [prompt]
-        elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-            prompts = prompt
-        elif isinstance(prompt, list) and prompt and all(is_number(p) or isinstance(p, list) for p in prompt):
-            raise BadRequest("token-id prompts are not supported: send text", "prompt")
-        else:
-            raise _wrong("prompt", "a string or a non-empty array of strings", prompt)
-        self.prompts = prompts
-        self.logprobs = integer(body, "logprobs", 0, MAX_COMPLETION_LOGPROBS, None)
-        if boolean(body, "echo"):
-            raise BadRequest("'echo' is not supported", "echo")
-        if body.get("suffix") is not None:
-            raise BadRequest("'suffix' (insertion) is not supported", "suffix")
-        best_of = integer(body, "best_of", 1, MAX_N, None)
-        if best_of is not None and best_of != self.n:
-            raise BadRequest("'best_of' other than 'n' is not supported", "best_of")
-        if len(prompts) * self.n > MAX_N:
-            raise BadRequest(f"at most {MAX_N} choices per request (prompts × n)", "n")
+# -- the routes' fields, checked in this order ----------------------------------------------------------------------
+
+SAMPLING = {
+    "model": model,
+    "max_tokens": number(1, None, None, int),  # OpenAI's defaults: none for chat, 16 for completions
+    "temperature": number(0, 2, 1.0),
+    "top_p": number(0, 1, 1.0, float, low_open=True),
+    "top_k": number(0, None, 0, int),  # an extension (llama.cpp's, vLLM's)
+    "n": number(1, MAX_N, 1, int),
+    "seed": number(-(2**63), 2**64 - 1, None, int),
+    "stop": stop,
+    "stream": boolean(),
+    "stream_options": stream_options,  # -> include_usage
+    "frequency_penalty": number(-2, 2, 0.0),
+    "presence_penalty": number(-2, 2, 0.0),
+    "logit_bias": logit_bias,
+}
+CHAT = {
+    **SAMPLING,
+    "max_completion_tokens": number(1, None, None, int),
+    "messages": messages,
+    "logprobs": boolean(),
+    "top_logprobs": number(0, 20, None, int),
+    "tools": tools,
+    "tool_choice": lambda value, param: value,  # checked against `tools` below
+    "parallel_tool_calls": boolean(True),
+    "response_format": response_format,
+}
+COMPLETION = {
+    **SAMPLING,
+    "max_tokens": number(1, None, 16, int),
+    "prompt": texts,
+    "logprobs": number(0, 5, None, int),  # the legacy `logprobs`: how many top tokens
+    "echo": refused("'echo' is not supported", (None, False)),
+    "suffix": refused("'suffix' (insertion) is not supported"),
+    "best_of": number(1, MAX_N, None, int),
+}
+EMBEDDING = {
+    "model": model,
+    "input": lambda value, param: texts(value, param, "input"),
+    "encoding_format": refused("'encoding_format' must be float or base64", (None, "", "float", "base64")),
+    "dimensions": refused("'dimensions' is not supported: vectors have the model's own size"),
+}
+# The SDK keywords that take a field's value as it is.
+PARAMS = ("max_tokens", "temperature", "top_p", "top_k", "stop", "frequency_penalty", "presence_penalty", "logit_bias")
 
 
-class EmbeddingRequest:
-    def __init__(self, body):
-        check_fields(body, EMBEDDING_FIELDS)
-        self.model = string(body.get("model"), "model", allow_empty=False)
-        value = body.get("input")
-        texts = [value] if isinstance(value, str) else value
-        if not isinstance(texts, list) or not texts:
-            raise _wrong("input", "a string or a non-empty array of strings", value)
-        for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                if is_number(text) or isinstance(text, list):
-                    raise BadRequest("token-id input is not supported: send text", "input")
-                raise _wrong(f"input[{i}]", "a string", text)
-            if not text:
-                raise BadRequest(f"'input[{i}]' must not be empty", "input")
-        self.texts = texts
-        self.encoding = body.get("encoding_format") or "float"
-        if self.encoding not in ("float", "base64"):
-            raise BadRequest("'encoding_format' must be float or base64", "encoding_format")
-        if body.get("dimensions") is not None:
-            raise BadRequest("'dimensions' is not supported: vectors have the model's own size", "dimensions")
+def parse(body, fields):
+    for name in body:
+        if name in REFUSED:
+            raise BadRequest(REFUSED[name], name, code="unsupported_parameter")
+        if name not in fields and name not in IGNORED:
+            raise BadRequest(f"Unrecognized request argument supplied: {name}", name, code="unknown_parameter")
+    req = SimpleNamespace(**{name: check(body.get(name), name) for name, check in fields.items()})
+    if "stream" in fields:
+        if body.get("stream_options") is not None and not req.stream:
+            raise BadRequest("'stream_options' is only allowed when 'stream' is true", "stream_options")
+        req.include_usage = req.stream_options
+    return req
+
+
+def sampling_params(req, logprobs, **structured):
+    penalised = req.frequency_penalty != 0 or req.presence_penalty != 0
+    req.params = {
+        **{name: getattr(req, name) for name in PARAMS},
+        "repeat_penalty": 1.0,  # OpenAI has no multiplicative repeat penalty
+        "repeat_penalty_last_n_token_count": PENALTY_WINDOW if penalised else 0,
+        "logprobs": logprobs,
+        **structured,
+    }
+    return req
+
+
+def chat_request(body):
+    req = parse(body, CHAT)
+    if req.max_completion_tokens is not None:
+        req.max_tokens = req.max_completion_tokens
+    if req.top_logprobs is not None and not req.logprobs:
+        raise BadRequest("'top_logprobs' requires 'logprobs' to be true", "top_logprobs")
+    req.tool_choice = tool_choice(req.tool_choice, req.tools)
+    if req.n > 1 and req.tools and req.tool_choice != "none":
+        raise BadRequest("'n' > 1 cannot be combined with tools (one choice per request then)", "n")
+    return sampling_params(req, (req.top_logprobs or 0) if req.logprobs else None, **req.response_format)
+
+
+def completion_request(body):
+    req = parse(body, COMPLETION)
+    if req.best_of is not None and req.best_of != req.n:
+        raise BadRequest("'best_of' other than 'n' is not supported", "best_of")
+    if len(req.prompt) * req.n > MAX_N:
+        raise BadRequest(f"at most {MAX_N} choices per request (prompts × n)", "n")
+    return sampling_params(req, req.logprobs)
+
+
+def embedding_request(body):
+    return parse(body, EMBEDDING)

@@ -278,3 +278,186 @@ def test_stream_yields_chunks_then_exposes_done(sdk: tuple[Any, FakeLlm]) -> Non
 
 def test_build_puts_the_sdk_on_the_module_path() -> None:
     assert (guest_sdk_dir() / "llmhost_guest" / "__init__.py").is_file()
+
+
+# -- chat streams, tool choice, embeddings' usage, interleaved streams ------------------------------------------------
+
+
+class ChatRole(Enum):
+    SYSTEM = 0
+    USER = 1
+    ASSISTANT = 2
+    TOOL = 3
+
+
+@dataclass
+class ChatMessage:
+    role: ChatRole
+    content: str | None
+    tool_calls: list[Any]
+    tool_call_id: str | None
+
+
+@dataclass
+class ToolSpec:
+    name: str
+    description: str | None
+    parameters: str
+
+
+@dataclass
+class ToolChoice_Auto:  # noqa: N801
+    pass
+
+
+@dataclass
+class ToolChoice_Named:  # noqa: N801
+    value: str
+
+
+@dataclass
+class ChatParams:
+    inferencing: Any
+    tools: list[Any]
+    tool_choice: Any
+
+
+@dataclass
+class ChatEvent_Content:  # noqa: N801
+    value: Any
+
+
+@dataclass
+class ChatEvent_ToolCall:  # noqa: N801
+    value: Any
+
+
+@dataclass
+class ChatEvent_Done:  # noqa: N801
+    value: Any
+
+
+@dataclass
+class ToolCallDeltaRecord:
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
+
+
+@pytest.fixture
+def chat_sdk(sdk: tuple[Any, FakeLlm]) -> tuple[Any, FakeLlm]:
+    guest, fake = sdk
+    for cls in (ChatRole, ChatMessage, ChatParams, ToolChoice_Auto, ToolChoice_Named, ChatEvent_Content,
+                ChatEvent_ToolCall, ChatEvent_Done):  # fmt: skip
+        setattr(fake, cls.__name__, cls)
+    fake.Tool = ToolSpec  # type: ignore[attr-defined]
+
+    def chat_stream(model: str, messages: list[Any], params: Any) -> FakeStream:
+        fake.calls.append(("chat-stream", model, messages, params))
+        return FakeStream(
+            [
+                ChatEvent_Content(Chunk("Let me check. ", [1])),
+                ChatEvent_ToolCall(ToolCallDeltaRecord(0, "call_1", "weather", "")),
+                ChatEvent_ToolCall(ToolCallDeltaRecord(0, None, None, '{"city": "Paris"}')),
+                ChatEvent_Done(Done(FinishReason.STOP)),
+            ]
+        )
+
+    fake.chat_stream = chat_stream  # type: ignore[attr-defined]
+    return guest, fake
+
+
+def test_chat_stream_yields_content_and_tool_call_deltas(chat_sdk: tuple[Any, FakeLlm]) -> None:
+    guest, fake = chat_sdk
+    tool = {"name": "weather", "parameters": {"type": "object"}}
+    with guest.llm.chat_stream([("user", "Weather?")], tools=[tool], tool_choice={"name": "auto"}, seed=1) as stream:
+        items = list(stream)
+    assert [type(i).__name__ for i in items] == ["Chunk", "ToolCallDelta", "ToolCallDelta"]
+    assert items[1] == guest.llm.ToolCallDelta(0, "call_1", "weather", "")
+    assert "".join(i.arguments for i in items[1:]) == '{"city": "Paris"}'
+    assert stream.text == "Let me check. " and stream.done.finish_reason == "stop"
+    assert stream._handle is None
+    _, model, messages, params = fake.calls[-1]
+    assert model == "gemma-3-270m" and messages[0] == ChatMessage(ChatRole.USER, "Weather?", [], None)
+    # {"name": ...} names a tool whatever its name ("auto" included); plain strings keep their meaning.
+    assert params.tool_choice == ToolChoice_Named("auto") and params.inferencing.seed == 1
+    assert params.tools == [ToolSpec("weather", None, '{"type": "object"}')]
+
+
+def test_embed_returns_vectors_with_their_usage(sdk: tuple[Any, FakeLlm]) -> None:
+    guest, fake = sdk
+
+    @dataclass
+    class EmbeddingsResult:
+        embeddings: list[list[float]]
+        usage: Any
+
+    @dataclass
+    class EmbeddingsUsage:
+        prompt_token_count: int
+
+    fake.generate_embeddings = lambda model, texts: EmbeddingsResult(  # type: ignore[attr-defined]
+        [[1.0, 0.0] for _ in texts], EmbeddingsUsage(7)
+    )
+    vectors = guest.llm.embed(["a", "b"])
+    assert vectors == [[1.0, 0.0], [1.0, 0.0]] and isinstance(vectors, list)
+    assert vectors.usage.prompt_tokens == 7
+
+
+class Opened:
+    """A fake SDK stream: `n` chunks named after it, then its Done."""
+
+    def __init__(self, guest: Any, name: str, n: int, log: list[str]) -> None:
+        self.guest, self.name, self.n, self.log = guest, name, n, log
+        self.done: Any = None
+        self.closed = False
+        log.append(f"open {name}")
+
+    def __iter__(self) -> Iterator[Any]:
+        for k in range(self.n):
+            yield self.guest.Chunk(f"{self.name}{k}", [k], self.guest.Usage(1, k + 1))
+        self.done = self.guest.Done("length", self.guest.Usage(1, self.n))
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.log.append(f"close {self.name}")
+
+
+def test_interleave_reads_streams_in_turn_within_a_window(sdk: tuple[Any, FakeLlm]) -> None:
+    guest, _ = sdk
+    log: list[str] = []
+    streams: dict[str, Opened] = {}
+
+    def opener(name: str, n: int) -> Any:
+        def open_it() -> Opened:
+            streams[name] = Opened(guest, name, n, log)
+            return streams[name]
+
+        return open_it
+
+    events = guest.interleave([opener("a", 2), opener("b", 1), opener("c", 1)], window=2)
+    assert log == ["open a", "open b"]  # the first window is opened at once (input errors are raised here)
+    got = []
+    for index, event in events:
+        got.append((index, event.text if isinstance(event, guest.Chunk) else event.finish_reason))
+    assert got == [(0, "a0"), (1, "b0"), (0, "a1"), (1, "length"), (2, "c0"), (0, "length"), (2, "length")]
+    assert log == ["open a", "open b", "close b", "open c", "close a", "close c"]  # c waited for a free place
+
+
+def test_interleave_close_drops_every_open_stream(sdk: tuple[Any, FakeLlm]) -> None:
+    guest, _ = sdk
+    log: list[str] = []
+    openers = [lambda name=name: Opened(guest, name, 5, log) for name in "abc"]
+    with guest.interleave(openers, window=2) as events:
+        assert next(events)[0] == 0
+    assert log == ["open a", "open b", "close a", "close b"]  # c never opened
+    assert list(events) == []
+
+    def failing() -> Any:
+        raise guest.InvalidInput("bad params")
+
+    with pytest.raises(guest.InvalidInput):
+        guest.interleave([lambda: Opened(guest, "d", 1, log), failing])
+    assert log[-1] == "close d"  # a failed opening closes the streams already open

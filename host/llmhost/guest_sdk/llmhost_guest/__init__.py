@@ -12,6 +12,7 @@
 
 from . import llm
 from .errors import InvalidInput, LlmError, ModelNotSupported, RuntimeError_
+from .llm import Interleaved, interleave
 from .params import DEFAULT_MODEL, Chunk, Completion, Done, TokenLogprob, Usage, defaults
 from .sequence import Sequence
 
@@ -20,6 +21,7 @@ __all__ = [
     "Chunk",
     "Completion",
     "Done",
+    "Interleaved",
     "InvalidInput",
     "LlmError",
     "ModelNotSupported",
@@ -28,5 +30,6 @@ __all__ = [
     "TokenLogprob",
     "Usage",
     "defaults",
+    "interleave",
     "llm",
 ]

@@ -7,20 +7,26 @@ print(llm.infer("The capital of France is", max_tokens=8, temperature=0.0))
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, Self, TypeVar
 
 from .errors import InvalidInput, call
 from .params import DEFAULT_MODEL, Chunk, Completion, Done, TokenLogprob, Usage, build, reason_name, wit_llm
 
 __all__ = [
     "ChatReply",
+    "ChatStream",
+    "Embeddings",
+    "Interleaved",
     "Stream",
     "ToolCall",
+    "ToolCallDelta",
     "apply_chat_template",
     "chat",
+    "chat_stream",
     "embed",
+    "interleave",
     "infer",
     "list_models",
     "model_info",
@@ -36,9 +42,24 @@ def infer(prompt: str, model: str = DEFAULT_MODEL, **params: Any) -> Completion:
     return Completion.from_wit(call(wit_llm().infer, model, prompt, build(params, model)))
 
 
-class Stream:
-    """WIT `llm.infer-stream`: iterate for `Chunk`s; afterwards `done` says how it ended and `text` holds the
-    whole text. Leaving a `with` block (or `close()`) drops the stream, which cancels the generation."""
+T = TypeVar("T")
+
+
+def _chunk(chunk: Any) -> Chunk:
+    return Chunk(
+        chunk.text,
+        list(chunk.token_ids),
+        Usage.from_wit(chunk.usage),
+        [TokenLogprob.from_wit(e) for e in chunk.logprobs],
+    )
+
+
+def _done(done: Any) -> Done:
+    return Done(reason_name(done.finish_reason), Usage.from_wit(done.usage))
+
+
+class _Events(Generic[T]):
+    """A WIT stream resource read event by event; the `done` event ends the iteration and is kept in `done`."""
 
     def __init__(self, handle: Any) -> None:
         self._handle = handle
@@ -49,34 +70,42 @@ class Stream:
     def text(self) -> str:
         return "".join(self._parts)
 
-    def __iter__(self) -> Iterator[Chunk]:
-        llm = wit_llm()
+    def _item(self, event: Any) -> T | Done:
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[T]:
         while self.done is None and self._handle is not None:
             event = call(self._handle.next)
             if event is None:
                 break
-            if isinstance(event, llm.StreamEvent_Done):
-                self.done = Done(reason_name(event.value.finish_reason), Usage.from_wit(event.value.usage))
+            item = self._item(event)
+            if isinstance(item, Done):
+                self.done = item
                 break
-            chunk = event.value
-            self._parts.append(chunk.text)
-            yield Chunk(
-                chunk.text,
-                list(chunk.token_ids),
-                Usage.from_wit(chunk.usage),
-                [TokenLogprob.from_wit(e) for e in chunk.logprobs],
-            )
+            if isinstance(item, Chunk):
+                self._parts.append(item.text)
+            yield item
 
     def close(self) -> None:
         if self._handle is not None:
             self._handle.__exit__(None, None, None)
             self._handle = None
 
-    def __enter__(self) -> Stream:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+class Stream(_Events[Chunk]):
+    """WIT `llm.infer-stream`: iterate for `Chunk`s; afterwards `done` says how it ended and `text` holds the
+    whole text. Leaving a `with` block (or `close()`) drops the stream, which cancels the generation."""
+
+    def _item(self, event: Any) -> Chunk | Done:
+        if isinstance(event, wit_llm().StreamEvent_Done):
+            return _done(event.value)
+        return _chunk(event.value)
 
 
 def stream(prompt: str, model: str = DEFAULT_MODEL, **params: Any) -> Stream:
@@ -93,6 +122,31 @@ class ToolCall:
     @property
     def args(self) -> Any:
         return json.loads(self.arguments)
+
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """A piece of a streamed tool call (WIT `tool-call-delta`): a call's first delta carries its `id` and `name`,
+    later ones more `arguments` text (joined, they are the call's arguments)."""
+
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
+
+
+class ChatStream(_Events[Chunk | ToolCallDelta]):
+    """WIT `llm.chat-stream`: iterate for content `Chunk`s and `ToolCallDelta`s; `done`, `text` and `close()` as
+    for `Stream`."""
+
+    def _item(self, event: Any) -> Chunk | ToolCallDelta | Done:
+        llm = wit_llm()
+        if isinstance(event, llm.ChatEvent_ToolCall):
+            d = event.value
+            return ToolCallDelta(int(d.index), d.id, d.name, d.arguments)
+        if isinstance(event, llm.ChatEvent_Done):
+            return _done(event.value)
+        return _chunk(event.value)
 
 
 @dataclass(frozen=True)
@@ -151,8 +205,11 @@ def _tool(tool: Any) -> Any:
     )
 
 
-def _tool_choice(choice: str | None) -> Any:
+def _tool_choice(choice: str | Mapping[str, Any] | None) -> Any:
+    """A tool choice: "auto", "none", "required", a tool's name, or {"name": NAME} (any name, "auto" included)."""
     llm = wit_llm()
+    if isinstance(choice, Mapping):
+        return llm.ToolChoice_Named(str(choice["name"]))
     if choice in (None, "auto"):
         return llm.ToolChoice_Auto()
     if choice == "none":
@@ -163,21 +220,24 @@ def _tool_choice(choice: str | None) -> Any:
     return llm.ToolChoice_Named(str(choice))
 
 
+def _chat_params(model: str, tools: Iterable[Any], tool_choice: Any, params: Mapping[str, Any]) -> Any:
+    return wit_llm().ChatParams(
+        inferencing=build(params, model), tools=[_tool(t) for t in tools], tool_choice=_tool_choice(tool_choice)
+    )
+
+
 def chat(
     messages: Iterable[Any],
     model: str = DEFAULT_MODEL,
     *,
     tools: Iterable[Any] = (),
-    tool_choice: str | None = "auto",
+    tool_choice: str | Mapping[str, Any] | None = "auto",
     **params: Any,
 ) -> ChatReply:
     """WIT `llm.chat`: messages as dicts (or (role, content) pairs), tools as dicts; `tool_choice` "auto",
-    "none", "required" or a tool's name; the other keywords as in `infer`."""
-    llm = wit_llm()
-    chat_params = llm.ChatParams(
-        inferencing=build(params, model), tools=[_tool(t) for t in tools], tool_choice=_tool_choice(tool_choice)
-    )
-    result = call(llm.chat, model, [_message(m) for m in messages], chat_params)
+    "none", "required", a tool's name or {"name": NAME}; the other keywords as in `infer`."""
+    chat_params = _chat_params(model, tools, tool_choice, params)
+    result = call(wit_llm().chat, model, [_message(m) for m in messages], chat_params)
     message = result.message
     return ChatReply(
         content=message.content,
@@ -186,6 +246,19 @@ def chat(
         usage=Usage.from_wit(result.usage),
         logprobs=[TokenLogprob.from_wit(e) for e in result.logprobs],
     )
+
+
+def chat_stream(
+    messages: Iterable[Any],
+    model: str = DEFAULT_MODEL,
+    *,
+    tools: Iterable[Any] = (),
+    tool_choice: str | Mapping[str, Any] | None = "auto",
+    **params: Any,
+) -> ChatStream:
+    """WIT `llm.chat-stream`, with the arguments of `chat`. Invalid input is raised here, before any token."""
+    chat_params = _chat_params(model, tools, tool_choice, params)
+    return ChatStream(call(wit_llm().chat_stream, model, [_message(m) for m in messages], chat_params))
 
 
 def apply_chat_template(
@@ -220,7 +293,81 @@ def list_models() -> list[Any]:
     return list(wit_llm().list_models())
 
 
-def embed(texts: str | Iterable[str], model: str = DEFAULT_MODEL) -> list[list[float]]:
+class Embeddings(list[list[float]]):
+    """One vector per text (a `list`), with `.usage` (`prompt_tokens`: the tokens of all the texts)."""
+
+    usage: Usage
+
+
+def embed(texts: str | Iterable[str], model: str = DEFAULT_MODEL) -> Embeddings:
     """WIT `llm.generate-embeddings`: one vector per text."""
     batch = [texts] if isinstance(texts, str) else list(texts)
-    return [list(v) for v in call(wit_llm().generate_embeddings, model, batch).embeddings]
+    result = call(wit_llm().generate_embeddings, model, batch)
+    vectors = Embeddings(list(v) for v in result.embeddings)
+    vectors.usage = Usage(int(result.usage.prompt_token_count), 0)
+    return vectors
+
+
+class Interleaved:
+    """(index, event) pairs from several streams read in turn, so that their generations advance together: each
+    stream's items (`Chunk`s; a `ChatStream`'s `ToolCallDelta`s too), then its `Done`.
+
+    `openers[i]()` opens stream i. At most `window` are open at once: the first ones now (so their input errors
+    are raised here, before anything is read), the next as soon as one ends. A generation beyond its model's free
+    slots waits for one, and one that waits while its reader is blocked on another stream would wait for good
+    (the running streams pause, a few events ahead, until they are read): keep `window` within the model's
+    `slots`. `close()` (or leaving a `with` block) drops every open stream, which cancels their generations."""
+
+    def __init__(self, openers: Iterable[Callable[[], _Events[Any]]], window: int = 4) -> None:
+        self._openers = list(openers)
+        self._opened = 0
+        self._live: list[tuple[int, _Events[Any], Iterator[Any]]] = []
+        self._turn = 0
+        try:
+            while self._opened < min(len(self._openers), max(1, window)):
+                self._open()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self) -> None:
+        index = self._opened
+        self._opened += 1
+        stream = self._openers[index]()
+        self._live.append((index, stream, iter(stream)))
+
+    def __iter__(self) -> Interleaved:
+        return self
+
+    def __next__(self) -> tuple[int, Any]:
+        while self._live:
+            self._turn %= len(self._live)
+            index, stream, items = self._live[self._turn]
+            item = next(items, None)
+            if item is not None:
+                self._turn += 1
+                return index, item
+            stream.close()
+            self._live.pop(self._turn)
+            if self._opened < len(self._openers):
+                self._open()
+            if stream.done is not None:
+                return index, stream.done
+        raise StopIteration
+
+    def close(self) -> None:
+        for _, stream, _ in self._live:
+            stream.close()
+        self._live = []
+        self._opened = len(self._openers)
+
+    def __enter__(self) -> Interleaved:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def interleave(openers: Iterable[Callable[[], _Events[Any]]], window: int = 4) -> Interleaved:
+    """Read several streams in turn (see `Interleaved`): e.g. n choices, each `lambda: fork.stream(...)`."""
+    return Interleaved(openers, window)
