@@ -3,6 +3,9 @@
 `python remote_test_server.py PORT [--busy N]`: streams one chunk (" tok") every 50 ms until `max_tokens`, then a
 finish chunk and usage. The first N completion requests are answered 503 (with Retry-After: 0). GET /stats
 reports {"requests", "active", "cancelled"}: a stream whose client went away counts as cancelled at once.
+POST /v1/embeddings answers as llama-cpp-python's server does for a causal model: one vector per token (here one
+token per character: [code, 1.0]); a text starting with "malformed:" picks a broken body instead (its rest: "no-data",
+"strings", "ragged", "index").
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         request = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        if self.path.endswith("/embeddings"):
+            self._embeddings(request["input"] if isinstance(request["input"], list) else [request["input"]])
+            return
         with LOCK:
             STATS["requests"] += 1
             busy = STATS["busy"] > 0
@@ -86,6 +92,23 @@ class Handler(BaseHTTPRequestHandler):
             with LOCK:
                 STATS["active"] -= 1
             self.close_connection = True
+
+    def _embeddings(self, texts: list[str]) -> None:
+        data: object = [
+            {"object": "embedding", "index": i, "embedding": [[float(ord(c)), 1.0] for c in text]}
+            for i, text in enumerate(texts)
+        ]
+        broken = texts[0].removeprefix("malformed:") if texts and texts[0].startswith("malformed:") else None
+        if broken == "no-data":
+            data = None
+        elif broken == "strings":
+            data[0]["embedding"] = "not a vector"  # type: ignore[index]
+        elif broken == "ragged":
+            data[0]["embedding"] = [[1.0, 2.0], [3.0]]  # type: ignore[index]
+        elif broken == "index":
+            data[0]["index"] = 7  # type: ignore[index]
+        body = {"object": "list", "model": "m", "data": data, "usage": {"prompt_tokens": sum(map(len, texts))}}
+        self._send(200, json.dumps(body).encode())
 
     def _event(self, data: dict) -> None:
         self.wfile.write(b"data: " + json.dumps(data).encode() + b"\n\n")

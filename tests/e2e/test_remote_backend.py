@@ -44,7 +44,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_llama_cpp_server(weights: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_llama_cpp_server(weights: Path, log: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     command = [sys.executable, "-m", "llama_cpp.server", "--model", str(weights), "--host", "127.0.0.1"]
     command += [
@@ -58,6 +58,7 @@ def start_llama_cpp_server(weights: Path, log: Path) -> tuple[subprocess.Popen[b
         "gemma",
         "--interrupt_requests",
         "false",
+        *extra,
     ]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log.open("wb"))
     url = f"http://127.0.0.1:{port}/v1"
@@ -300,3 +301,40 @@ def test_chat_tools_need_a_grammar_the_server_lacks(probe: Probe) -> None:
     assert outcome.exit_code == 1 and outcome.error is not None
     assert outcome.error["kind"] == "invalid-input"
     assert "llama-cpp-python" in outcome.error["message"] and "%llguidance" in outcome.error["message"]
+
+
+@pytest.fixture(scope="module")
+def embedding_host(
+    llmhost_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory, compile_notes: list[str]
+) -> Iterator[Host]:
+    """A second llama-cpp-python server, started with embeddings on: for a causal model it answers one vector per
+    token (a list of lists)."""
+    weights = default_model_path(llmhost_cache_dir)
+    log = tmp_path_factory.mktemp("lcp-embed") / "server.log"
+    proc, url = start_llama_cpp_server(weights, log, "--embedding", "true")
+    remote = ModelConfig(
+        backend="openai", base_urls=(url,), remote_model="gemma", server="llama-cpp-python", path=weights
+    )
+    config = HostConfig(models={MODEL: ModelConfig(prefix_cache=False), REMOTE: remote}, cache_dir=llmhost_cache_dir)
+    try:
+        with Host(config) as h:
+            yield h
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_remote_per_token_embeddings_are_mean_pooled_like_local_ones(embedding_host: Host, probe_wasm: Path) -> None:
+    import numpy as np
+
+    app = embedding_host.load(probe_wasm)
+    texts = ["The capital of France is Paris.", "A dragon guarded the gold in the mountain.", "2 + 2 = 4"]
+    remote = np.array(ok(run_probe(app, "embed", REMOTE, *texts))["embeddings"])
+    local = np.array(ok(run_probe(app, "embed", MODEL, *texts))["embeddings"])
+    assert remote.shape == local.shape and remote.shape[0] == len(texts)
+    assert np.allclose(np.linalg.norm(remote, axis=1), 1.0, atol=1e-3)  # one pooled, normalized vector per text
+    similarity = remote @ local.T  # cosines: each remote vector against each local one
+    # Each text's remote vector is nearest its own local vector, and all but equal to it: the server sends each
+    # token's raw vector, pooled here as the local engine pools (they differ by the server's own batch shapes).
+    assert all(int(np.argmax(row)) == i for i, row in enumerate(similarity))
+    assert min(np.diag(similarity)) > 0.99  # measured: 0.9993 to 0.9995

@@ -5,6 +5,7 @@ concurrency. The server is tests/remote_test_server.py (a tiny streaming server 
 from __future__ import annotations
 
 import json
+import math
 import socket
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 
 from llmhost.config import ModelConfig
-from llmhost.domain.errors import EngineError
+from llmhost.domain.errors import EngineError, InvalidInput
 from llmhost.domain.limits import DEFAULT_MODEL
 from llmhost.domain.types import InferencingParams, StreamChunk, StreamDone
 from llmhost.engine.remote.engine import OpenAIEngine
@@ -224,5 +225,25 @@ def test_requests_go_out_concurrently_up_to_the_models_slots(server: Server) -> 
         for t in threads:
             t.join(10)
         assert all(isinstance(r[-1], StreamDone) for r in results)
+    finally:
+        eng.close()
+
+
+def test_per_token_embeddings_are_mean_pooled_and_a_malformed_body_is_a_runtime_error(server: Server) -> None:
+    eng = remote_engine(server.url)
+    try:
+        result = eng.embeddings(MODEL, ["ab", "z"])
+        # "ab": tokens [97, 1] and [98, 1], mean [97.5, 1], L2-normalized; "z": one token [122, 1].
+        for vector, (x, y) in zip(result.embeddings, [(97.5, 1.0), (122.0, 1.0)], strict=True):
+            norm = math.hypot(x, y)
+            assert vector == pytest.approx([x / norm, y / norm])
+        assert result.prompt_token_count == 3
+        for broken, field in [("no-data", "`data`"), ("strings", "`data[0].embedding`"),
+                              ("ragged", "`data[0].embedding`"), ("index", "`data[0].index`")]:  # fmt: skip
+            with pytest.raises(EngineError) as err:
+                eng.embeddings(MODEL, [f"malformed:{broken}"])
+            assert server.url in err.value.message and field in err.value.message, err.value.message
+        with pytest.raises(InvalidInput, match="at most 2048"):
+            eng.embeddings(MODEL, ["x"] * 2049)  # checked as the local engine checks, before any request
     finally:
         eng.close()

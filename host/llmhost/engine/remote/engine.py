@@ -19,17 +19,20 @@ a model's requests in flight are bounded by `models.NAME.slots`, never serialize
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from llmhost.config import ModelConfig
-from llmhost.domain.errors import InvalidInput
+from llmhost.domain.errors import EngineError, InvalidInput
 from llmhost.domain.limits import DEFAULT_MODEL
 from llmhost.domain.types import (
     EmbeddingsResult,
     InferenceResult,
     InferencingParams,
     ModelInfo,
+    check_embedding_texts,
     check_prompt_fits,
     check_tokenize_length,
 )
@@ -95,23 +98,72 @@ class OpenAIEngine:
         return collect(self.stream(model, prompt, params))
 
     def embeddings(self, model: str, texts: list[str], check: Callable[[], None] | None = None) -> EmbeddingsResult:
-        """One request for all texts (`check` runs before it: the server does the work in one piece)."""
-        if check is not None:
-            check()
+        """One request for all texts, or one a text where the server kind needs it (`check` runs before each: the
+        server does a request's work in one piece)."""
+        check_embedding_texts(texts)  # as the local engine checks them
         m = self.model(model)
         for i, text in enumerate(texts):
             m.check_length(f"text[{i}]", text, m.config.context_length)
-        _, response = m.call(
-            "the embeddings request",
-            lambda client: client.embeddings.create(model=m.remote_name, input=texts, encoding_format="float"),
-        )
-        vectors = [list(map(float, item.embedding)) for item in sorted(response.data, key=lambda d: d.index)]
-        usage = getattr(response, "usage", None)
-        count = int(usage.prompt_tokens) if usage is not None else 0
-        return EmbeddingsResult(embeddings=vectors, prompt_token_count=count)
+        batches = [[text] for text in texts] if m.kind.embeds_one_per_request else [texts]
+        vectors: list[list[float]] = []
+        tokens = 0
+        for batch in batches:
+            if check is not None:
+                check()
+            url, response = m.call("the embeddings request", _embeddings_request(m.remote_name, batch))
+            part = embeddings_result(url, response, len(batch))
+            vectors += part.embeddings
+            tokens += part.prompt_token_count
+        return EmbeddingsResult(embeddings=vectors, prompt_token_count=tokens)
 
     def open_sequence(self, model: str) -> RemoteSequence:
         return RemoteSequence(self.model(model))
 
     def close(self) -> None:
         self._models.close()
+
+
+def _embeddings_request(model: str, texts: list[str]) -> Callable[[Any], Any]:
+    return lambda client: client.embeddings.create(model=model, input=texts, encoding_format="float")
+
+
+def embeddings_result(url: str, response: Any, count: int) -> EmbeddingsResult:
+    """The embeddings of a server's response, one vector per text in input order. A server that returns one vector
+    per token (llama-cpp-python's for a causal model) gets them mean-pooled and L2-normalized, as the local engine
+    pools. Anything of another shape is `runtime-error` naming the server and the field."""
+
+    def malformed(field: str, what: str) -> EngineError:
+        return EngineError(f"{url} sent a malformed embeddings response: `{field}` {what}")
+
+    data = getattr(response, "data", None)
+    if not isinstance(data, list) or len(data) != count:
+        got = f"has {len(data)} items" if isinstance(data, list) else f"is {type(data).__name__}, not a list"
+        raise malformed("data", f"{got} for {count} texts")
+    vectors: dict[int, list[float]] = {}
+    for i, item in enumerate(data):
+        index = getattr(item, "index", i)
+        if not isinstance(index, int) or not 0 <= index < count or index in vectors:
+            raise malformed(f"data[{i}].index", f"is {index!r}: not a new text index below {count}")
+        field = f"data[{i}].embedding"
+        vectors[index] = _pooled(getattr(item, "embedding", None), field, malformed)
+    usage = getattr(response, "usage", None)
+    tokens = getattr(usage, "prompt_tokens", 0)
+    return EmbeddingsResult(
+        embeddings=[vectors[i] for i in range(count)], prompt_token_count=tokens if isinstance(tokens, int) else 0
+    )
+
+
+def _pooled(value: Any, field: str, malformed: Callable[[str, str], EngineError]) -> list[float]:
+    """One vector from a pooled vector (a list of numbers) or from per-token vectors (a list of such lists)."""
+    if not isinstance(value, list) or not value:
+        raise malformed(field, f"is {type(value).__name__ if not isinstance(value, list) else 'empty'}, not a vector")
+    rows = value if all(isinstance(row, list) for row in value) else [value]
+    width = len(rows[0])
+    for row in rows:
+        if len(row) != width or not width or not all(isinstance(x, int | float) and math.isfinite(x) for x in row):
+            raise malformed(field, f"holds {str(row)[:60]}: not finite numbers of one width")
+    if len(rows) == 1 and rows[0] is value:
+        return [float(x) for x in value]
+    mean = [sum(column) / len(rows) for column in zip(*rows, strict=True)]
+    norm = math.sqrt(sum(x * x for x in mean)) or 1.0
+    return [x / norm for x in mean]

@@ -26,6 +26,9 @@ class ServerKind:
     top_k: bool = False
     min_p: bool = False  # has a min-p sampler on by default, which ours does not use: sent as 0
     constraints: frozenset[str] = frozenset()  # constraint kinds it can enforce
+    # Embeds several inputs of one request wrongly, so each text goes alone (llama-cpp-python's server: a causal
+    # model's per-token vectors of the second text differ from that text sent alone, measured 0.00 cosine).
+    embeds_one_per_request: bool = False
 
 
 _ALL = frozenset({"json-schema", "json-object", "regex", "grammar", "choice"})
@@ -36,7 +39,9 @@ SERVERS: dict[str, ServerKind] = {
     # SGLang: no tokenize endpoint relied on (versions differ); its sampling params take regex / json_schema / ebnf.
     "sglang": ServerKind(None, "prompt", True, "repetition_penalty", True, True, _ALL),
     "llama-cpp-server": ServerKind("/tokenize", "content", True, "repeat_penalty", True, True, _GBNF_AND_JSON),
-    "llama-cpp-python": ServerKind("/extras/tokenize", "input", False, "repeat_penalty", True, True, _GBNF_AND_JSON),
+    "llama-cpp-python": ServerKind(
+        "/extras/tokenize", "input", False, "repeat_penalty", True, True, _GBNF_AND_JSON, embeds_one_per_request=True
+    ),
     # llmhost's guest-examples/openai-compat: plain OpenAI fields (it runs with repeat penalty 1 and no top-k).
     "llmhost": ServerKind(),
 }
