@@ -10,6 +10,7 @@ import shlex
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -192,5 +193,9 @@ def test_http_hello_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: H
     serve_args = [a for i, a in enumerate(serve_args) if a != "--listen" and serve_args[i - 1] != "--listen"]
     with serving([str(REPO / serve_args[0])], llmhost_cache_dir, cwd=REPO) as server:
         url = shlex.split(commands[1])[-1].replace("http://127.0.0.1:8080", server.url)
-        with urllib.request.urlopen(url, timeout=60) as response:  # noqa: S310 (loopback)
-            check_http_hello_answer(real_host, response.read().decode(), expected, "The capital of France is")
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response:  # noqa: S310 (loopback)
+                answer = response.read().decode()
+        except urllib.error.HTTPError as error:  # the guest's own error body and the server's log say why
+            raise AssertionError(f"{error.code}: {error.read()[:500]!r}; log: {server.lines[-20:]}") from None
+        check_http_hello_answer(real_host, answer, expected, "The capital of France is")
