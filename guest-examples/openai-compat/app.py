@@ -260,10 +260,10 @@ def handle_models(model_id=None):
     models = [{"id": m.name, "object": "model", "created": 0, "owned_by": "llmhost"} for m in llm.list_models()]
     if model_id is None:
         return json_response(200, {"object": "list", "data": models})
-    for model in models:
-        if model["id"] == model_id:
-            return json_response(200, model)
-    raise model_not_found(model_id)
+    found = next((model for model in models if model["id"] == model_id), None)
+    if found is None:
+        raise model_not_found(model_id)
+    return json_response(200, found)
 
 
 def read_json(request):
@@ -302,6 +302,8 @@ def route(request, writer):
     check, handle, param = POST_ROUTES[path]
     req = check(read_json(request))
     try:
+        # A request that names no model gets the first one this component may use (as llama-server answers).
+        req.model = req.model or next((m.name for m in llm.list_models()), "(none: no model is allowed here)")
         return handle(req, writer)
     except LlmError as error:
         raise api_error(error, req.model, writer, param) from None

@@ -122,9 +122,8 @@ def refused(message, allowed=(None,)):
 
 
 def model(value, param):
-    if value is None:
-        raise BadRequest("you must provide a model parameter", param, code="missing_required_parameter")
-    return string(value, param, allow_empty=False)
+    """A model name, or None (absent or null) for the component's default model, as local servers do."""
+    return None if value is None else string(value, param, allow_empty=False)
 
 
 def stop(value, param):

@@ -122,7 +122,6 @@ def test_requests_without_the_key_get_401_in_openai_shape(server: Server) -> Non
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"messages": QUESTION}, "model"),
         ({"model": MODEL, "messages": "hi"}, "messages"),
         ({"model": MODEL, "messages": []}, "messages"),
         ({"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
@@ -154,6 +153,20 @@ def test_malformed_chat_requests_get_400_naming_the_param(server: Server, body: 
     status, data = post(server, "/v1/chat/completions", body)
     assert status == 400, data
     assert data["error"]["type"] == "invalid_request_error" and data["error"]["param"] == param, data
+
+
+def test_a_request_naming_no_model_uses_the_components_default_model(server: Server) -> None:
+    # Clients written for local servers omit `model` or send null (llama.cpp's own server tests do): the first
+    # model the component may use answers, and the response names it. An unknown name stays a 404.
+    for body in ({"prompt": "Hello", "max_tokens": 2}, {"model": None, "prompt": "Hello", "max_tokens": 2}):
+        status, data = post(server, "/v1/completions", body)
+        assert status == 200 and data["model"] == MODEL and data["usage"]["completion_tokens"] <= 2, data
+    status, data = post(server, "/v1/chat/completions", {"messages": QUESTION, "max_tokens": 2})
+    assert status == 200 and data["model"] == MODEL, data
+    status, data = post(server, "/v1/embeddings", {"model": None, "input": "x"})
+    assert status == 200 and data["model"] == MODEL and len(data["data"]) == 1, data
+    status, data = post(server, "/v1/completions", {"model": "no-such-model", "prompt": "x", "max_tokens": 2})
+    assert status == 404 and data["error"]["code"] == "model_not_found", data
 
 
 def test_malformed_other_requests_and_bodies_get_400(server: Server) -> None:
