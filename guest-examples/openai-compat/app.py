@@ -1,8 +1,8 @@
-"""openai-compat: OpenAI's API as a guest component of the `http-app` world, served by `llmhost serve`, on the
-guest SDK (`llmhost_guest`): POST /v1/chat/completions (the host's `chat`: the model's own template, tools),
-POST /v1/completions, POST /v1/embeddings, GET /v1/models and /v1/models/{id}. README.md lists the fields supported
-and refused; request checking is in validate.py. n choices of a prompt are forks of one sequence (the prompt is
-evaluated once) whose generations decode together.
+"""openai-compat: OpenAI's API as a guest component of the `http-app` world, served by `llmhost serve`, on the guest
+SDK (`llmhost_guest`): POST /v1/chat/completions (the host's `chat`: the model's own template, tools), POST
+/v1/completions, POST /v1/embeddings, POST /v1/responses (responses.py), GET /v1/models and /v1/models/{id}.
+README.md lists the fields supported and refused; request checking is in validate.py. n choices of a prompt are
+forks of one sequence (the prompt is evaluated once) whose generations decode together.
 
 Guarantees: a malformed request is a 400 in OpenAI's shape naming the `param`, an unexpected error a 500 (the guest
 never traps on client input); a stream ends with a finish_reason and `data: [DONE]`, or an error event and
@@ -21,6 +21,7 @@ from urllib.parse import unquote
 
 from componentize_py_types import Err
 from llmhost_guest import Done, InvalidInput, LlmError, ModelNotSupported, Sequence, interleave, llm
+from responses import handle_responses, responses_request
 from validate import BadRequest, chat_request, completion_request, embedding_request, model_not_found
 from wit_world import exports
 from wit_world.imports import http
@@ -283,6 +284,7 @@ POST_ROUTES = {
     "/v1/chat/completions": (chat_request, handle_chat, "messages"),
     "/v1/completions": (completion_request, handle_completions, "prompt"),
     "/v1/embeddings": (embedding_request, handle_embeddings, "input"),
+    "/v1/responses": (responses_request, lambda req, writer: handle_responses(req, writer, json_response), "input"),
 }
 
 

@@ -451,3 +451,107 @@ def test_langchain_chat_stream_tools_structured_and_embeddings(server: Server) -
     )
     vectors = embeddings.embed_documents(["a cat", "a dog"])
     assert len(vectors) == 2 and len(vectors[0]) == len(embeddings.embed_query("a bird"))
+
+
+# -- the Responses API -------------------------------------------------------------------------------------------
+
+RESPONSE_TOOL = {"type": "function", **WEATHER_TOOL["function"]}  # this API's tools are flat
+
+
+def test_responses_with_the_official_client(client: Any) -> None:
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hi."}]
+    reply = client.responses.create(
+        model=MODEL, input="Say hi.", instructions="Be brief.", max_output_tokens=8, temperature=0
+    )
+    assert reply.object == "response" and reply.status in ("completed", "incomplete") and reply.output_text
+    # Exact usage: the same conversation through chat/completions has the same prompt; the budget counts.
+    chat = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=8, temperature=0)
+    assert reply.usage.input_tokens == chat.usage.prompt_tokens
+    assert reply.usage.total_tokens == reply.usage.input_tokens + reply.usage.output_tokens
+    assert reply.usage.output_tokens == 8 if reply.status == "incomplete" else reply.usage.output_tokens <= 8
+    assert reply.status != "incomplete" or reply.incomplete_details.reason == "max_output_tokens"
+    # `input` as messages with content parts: the same prompt.
+    parts = [messages[0], {"role": "user", "content": [{"type": "input_text", "text": "Say hi."}]}]
+    listed = client.responses.create(model=MODEL, input=parts, max_output_tokens=8, temperature=0, top_p=0.5)
+    assert listed.usage.input_tokens == reply.usage.input_tokens and listed.output_text
+    # Streamed: the documented event sequence, whose deltas make the final response's text.
+    events = list(client.responses.create(model=MODEL, input=parts, max_output_tokens=8, temperature=0, stream=True))
+    kinds = [event.type for event in events]
+    assert kinds[:3] == ["response.created", "response.in_progress", "response.output_item.added"], kinds
+    assert kinds[-4:] == [
+        "response.output_text.done", "response.content_part.done", "response.output_item.done", "response.completed"
+    ]  # fmt: skip
+    assert [event.sequence_number for event in events] == list(range(1, len(events) + 1))
+    final = events[-1].response
+    text = "".join(event.delta for event in events if event.type == "response.output_text.delta")
+    assert text and final.output_text == text and final.usage.input_tokens == reply.usage.input_tokens
+    assert final.usage.output_tokens <= 8
+
+
+def test_responses_structured_output_and_tools(client: Any) -> None:
+    schema = {"type": "json_schema", "name": "person", "schema": Person.model_json_schema(), "strict": True}
+    person = client.responses.create(
+        model=MODEL, input="Invent a person.", text={"format": schema}, max_output_tokens=60, temperature=0
+    )
+    if person.status == "completed":  # constrained by the host: it parses and validates
+        Person.model_validate_json(person.output_text)
+    else:
+        assert person.output_text.startswith("{")
+    obj = client.responses.create(
+        model=MODEL, input="A JSON object:", text={"format": {"type": "json_object"}}, max_output_tokens=40
+    )
+    assert obj.output_text.lstrip().startswith("{")
+    question = "What is the weather in Paris?"
+    for stream in (False, True):
+        answer = client.responses.create(
+            model=MODEL, input=question, tools=[RESPONSE_TOOL], tool_choice="required", max_output_tokens=60,
+            temperature=0, stream=stream,
+        )  # fmt: skip
+        if stream:
+            events = list(answer)
+            assert "response.function_call_arguments.delta" in [e.type for e in events]
+            answer = events[-1].response
+        calls = [item for item in answer.output if item.type == "function_call"]
+        assert calls and calls[0].name == "get_weather" and calls[0].call_id, answer.output
+        assert isinstance(json.loads(calls[0].arguments).get("city"), str)
+    # The round trip: the call and its output as input items, answered in text.
+    back = client.responses.create(
+        model=MODEL,
+        input=[
+            {"role": "user", "content": question},
+            {
+                "type": "function_call",
+                "call_id": calls[0].call_id,
+                "name": "get_weather",
+                "arguments": calls[0].arguments,
+            },
+            {"type": "function_call_output", "call_id": calls[0].call_id, "output": '{"sky": "sunny"}'},
+        ],
+        tools=[RESPONSE_TOOL],
+        tool_choice="none",
+        max_output_tokens=16,
+        temperature=0,
+    )
+    assert back.output_text and not [item for item in back.output if item.type == "function_call"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"previous_response_id": "resp_1"}, "previous_response_id"),
+        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"reasoning": {"effort": "high"}}, "reasoning"),
+        ({"temperature": 3}, "temperature"),
+        ({"input": [{"type": "input_image", "image_url": "x"}]}, "input[0].type"),
+        ({"text": {"format": {"type": "yaml"}}}, "text.format.type"),
+        ({"frobnicate": 1}, "frobnicate"),
+    ],
+)
+def test_responses_refuses_what_it_does_not_support_naming_the_field(
+    client: Any, fields: dict[str, Any], param: str
+) -> None:
+    from openai import BadRequestError
+
+    with pytest.raises(BadRequestError) as caught:  # sent as they are (the client would refuse some itself)
+        client.responses.create(model=MODEL, input="x", max_output_tokens=2, extra_body=fields)
+    assert caught.value.body["param"] == param, caught.value.body  # type: ignore[index]
