@@ -31,6 +31,7 @@ from typing import Any
 
 import batching
 import devloop
+import plots
 import scaleout
 import sdk
 import structured
@@ -518,6 +519,8 @@ def main() -> int:
         )
         lines.insert(7, "")
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    # Charts from the tables above, next to the markdown (matplotlib, a dev dependency).
+    lines += plots.charts_section(plots.draw("\n".join(lines), args.out.parent))
     args.out.write_text("\n".join(lines))
     print("\n".join(lines))
     return 0
