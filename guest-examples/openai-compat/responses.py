@@ -90,6 +90,7 @@ RESPONSES = {
     "tool_choice": lambda value, param: value,  # checked against `tools` below
     "parallel_tool_calls": boolean(True),
     "stream": boolean(),
+    "stream_options": lambda value, param: False,  # only `include_obfuscation` (no effect here)
     "previous_response_id": refused(
         "'previous_response_id' is not supported: responses are not stored (send the whole conversation in 'input')"
     ),  # fmt: skip
@@ -112,7 +113,6 @@ def responses_request(body):
         "max_tokens": req.max_output_tokens, "temperature": req.temperature, "top_p": req.top_p,
         "repeat_penalty": 1.0, "repeat_penalty_last_n_token_count": 0, **req.text,  # OpenAI has no repeat penalty
     }  # fmt: skip
-    req.include_usage = False
     return req
 
 
