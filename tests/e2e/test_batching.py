@@ -99,7 +99,7 @@ def test_more_requests_than_slots_are_all_served_in_turn(real_probe_app: App, re
     outcomes = concurrently(real_probe_app, calls)
     assert all(o.exit_code == 0 for o in outcomes), [o.error for o in outcomes]
     assert all(o.value["usage"]["generated-token-count"] == 8 for o in outcomes)
-    assert model.free_slots == model.config.slots
+    assert model.slots.available == model.config.slots
 
 
 def test_a_repeated_prompt_prefix_is_reused_not_evaluated_again(real_probe: Probe, real_host: Host) -> None:
@@ -107,11 +107,11 @@ def test_a_repeated_prompt_prefix_is_reused_not_evaluated_again(real_probe: Prob
     base = "Prefix: a long shared instruction that many requests start with, followed by a question."
     first = real_probe("infer", CACHED, base, json.dumps({**GREEDY, "max-tokens": 4}))
     assert first.exit_code == 0
-    reused, evaluated = model.reused_prompt_tokens, model.evaluated_tokens
+    reused, evaluated = model.slots.reused_prompt_tokens, model.evaluated_tokens
     second = real_probe("infer", CACHED, base + " What is it?", json.dumps({**GREEDY, "max-tokens": 4}))
     assert second.exit_code == 0
     shared = len(real_host.tokenize(CACHED, base))
     prompt = second.value["usage"]["prompt-token-count"]
-    assert model.reused_prompt_tokens - reused >= shared - 1
+    assert model.slots.reused_prompt_tokens - reused >= shared - 1
     # Only the new part of the prompt (and 3 decoded tokens) went through the model.
     assert model.evaluated_tokens - evaluated <= prompt - (shared - 1) + 3

@@ -34,7 +34,7 @@ def rss_mb() -> float:
 
 def model_state(host: Host) -> tuple[int, int]:
     model = host.engine.model(MODEL)  # type: ignore[attr-defined]
-    return model.free_slots, model.swapped_bytes
+    return model.slots.available, model.slots.swapped_bytes
 
 
 @pytest.mark.parametrize(("mode", "runs"), [("return", 50), ("trap", 50), ("catch", 20)])
@@ -177,4 +177,4 @@ def test_forks_past_the_scope_memory_quota_are_refused(llmhost_cache_dir: Path, 
         assert all(e["kind"] == "invalid-input" and "sandbox.max-sequence-mb" in e["message"] for e in errors)
         assert sum("ok" in step for step in steps[2:]) >= 1  # forks were allowed up to the quota
         model = host.engine.model(MODEL)  # type: ignore[attr-defined]
-        assert model.swapped_bytes == 0 and model.free_slots == 1  # all freed with the run
+        assert model.slots.swapped_bytes == 0 and model.slots.available == 1  # all freed with the run

@@ -168,9 +168,9 @@ def test_many_sequences_swap_out_and_back_invisibly(real_probe: Probe, real_host
     for _ in range(2):  # round-robin: every sequence is swapped out and restored between its own steps
         steps += [["generate", n, {**GREEDY, "max-tokens": 3}] for n in names]
     steps += [["text", n] for n in names]
-    swaps_before = model.swaps_out
+    swaps_before = model.slots.swaps_out
     r = ok(run_script(real_probe, steps))
-    assert model.swaps_out - swaps_before >= count
+    assert model.slots.swaps_out - swaps_before >= count
     for prompt, text in zip(prompts, r[-count:], strict=True):
         alone = real_host.open_sequence(MODEL)
         try:
@@ -179,7 +179,7 @@ def test_many_sequences_swap_out_and_back_invisibly(real_probe: Probe, real_host
             assert text == prompt + alone.generate(p).text + alone.generate(p).text
         finally:
             alone.close()
-    assert model.free_slots == model.config.slots  # every dropped sequence gave its slot back
+    assert model.slots.available == model.config.slots  # every dropped sequence gave its slot back
 
 
 def test_context_window_limits(real_probe: Probe) -> None:

@@ -87,9 +87,9 @@ def test_dropping_a_stream_cancels_generation_and_frees_its_slot(real_probe: Pro
     # ahead of the reader. After the drop (and half a second of sleep in the guest) nothing more was decoded: an
     # uncancelled generation would have gone on towards its 64-token budget.
     assert prompt_tokens + 2 <= model.evaluated_tokens - before <= prompt_tokens + 2 + LOOKAHEAD
-    assert model.free_slots == slots
+    assert model.slots.available == slots
     # After a drop, all the slots can be held at once by new streams.
     outcome = real_probe("stream-drop", MODEL, prompt, "3", str(slots))
     assert outcome.exit_code == 0, outcome
     assert len(outcome.value["held"]) == slots and all("chunk" in e for e in outcome.value["held"])
-    assert model.free_slots == slots
+    assert model.slots.available == slots

@@ -32,6 +32,12 @@ from llmhost.domain.limits import (
 )
 
 
+class Value(BaseModel):
+    """A domain value: immutable once constructed (and validated)."""
+
+    model_config = ConfigDict(frozen=True)
+
+
 class FinishReason(StrEnum):
     STOP = "stop"
     LENGTH = "length"
@@ -42,10 +48,8 @@ class FinishReason(StrEnum):
 ConstraintKind = Literal["json-schema", "json-object", "regex", "grammar", "choice"]
 
 
-class Constraint(BaseModel):
+class Constraint(Value):
     """The WIT variant `constraint`: `text` is the schema, regex or grammar; `options` the choices."""
-
-    model_config = ConfigDict(frozen=True)
 
     kind: ConstraintKind
     text: str = ""
@@ -72,22 +76,18 @@ class Constraint(BaseModel):
         return cls(kind="choice", options=tuple(options))
 
 
-class LogitBias(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class LogitBias(Value):
     token_id: int
     bias: float
 
 
-class InferencingParams(BaseModel):
+class InferencingParams(Value):
     """Sampling and stopping parameters (the WIT record `inferencing-params`; defaults are `limits`' and Spin's).
 
     Validated when constructed (`check_params`): every path (guest calls through `abi`, the Python API,
     the CLI) gets the same checks and messages, and the engine only ever sees valid params. Bad values raise
     `InvalidInput` naming the field and its range.
     """
-
-    model_config = ConfigDict(frozen=True)
 
     max_tokens: int | None = 100
     repeat_penalty: float = 1.1
@@ -109,18 +109,14 @@ class InferencingParams(BaseModel):
         return self
 
 
-class TopLogprob(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class TopLogprob(Value):
     token_id: int
     bytes: bytes
     logprob: float
 
 
-class TokenLogprob(BaseModel):
+class TokenLogprob(Value):
     """A sampled token's log-probability under the raw model distribution, with the top alternatives."""
-
-    model_config = ConfigDict(frozen=True)
 
     token_id: int
     bytes: bytes
@@ -128,26 +124,20 @@ class TokenLogprob(BaseModel):
     top: tuple[TopLogprob, ...] = ()
 
 
-class Usage(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class Usage(Value):
     prompt_token_count: int
     generated_token_count: int
 
 
-class InferenceResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class InferenceResult(Value):
     finish_reason: FinishReason
     text: str
     usage: Usage
     logprobs: tuple[TokenLogprob, ...] = ()
 
 
-class StreamChunk(BaseModel):
+class StreamChunk(Value):
     """New text since the previous chunk, the tokens it came from, and the running usage."""
-
-    model_config = ConfigDict(frozen=True)
 
     text: str
     token_ids: tuple[int, ...]
@@ -155,9 +145,7 @@ class StreamChunk(BaseModel):
     logprobs: tuple[TokenLogprob, ...] = ()  # parallel to token_ids when logprobs were requested
 
 
-class StreamDone(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class StreamDone(Value):
     finish_reason: FinishReason
     usage: Usage
 
@@ -165,25 +153,19 @@ class StreamDone(BaseModel):
 StreamEvent = StreamChunk | StreamDone
 
 
-class ModelInfo(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class ModelInfo(Value):
     name: str
     context_length: int
     vocab_size: int
 
 
-class EmbeddingsResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class EmbeddingsResult(Value):
     embeddings: list[list[float]] = Field(default_factory=list)
     prompt_token_count: int = 0
 
 
-class BeamParams(BaseModel):
+class BeamParams(Value):
     """WIT `beam-params` (validated when constructed: `check_beam_params`)."""
-
-    model_config = ConfigDict(frozen=True)
 
     width: int = 4
     max_tokens: int = 32
@@ -206,61 +188,47 @@ class ChatRole(StrEnum):
     TOOL = "tool"
 
 
-class ToolCall(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class ToolCall(Value):
     id: str
     name: str
     arguments: str  # a JSON object, as text
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class ChatMessage(Value):
     role: ChatRole
     content: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
 
 
-class Tool(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class Tool(Value):
     name: str
     description: str | None = None
     parameters: str = '{"type": "object"}'  # a JSON Schema, as text
 
 
-class ToolChoice(BaseModel):
+class ToolChoice(Value):
     """`auto`, `none`, `required`, or `named` with `name`."""
-
-    model_config = ConfigDict(frozen=True)
 
     kind: Literal["auto", "none", "required", "named"] = "auto"
     name: str | None = None
 
 
-class ChatParams(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class ChatParams(Value):
     inferencing: InferencingParams = Field(default_factory=InferencingParams)
     tools: tuple[Tool, ...] = ()
     tool_choice: ToolChoice = Field(default_factory=ToolChoice)
 
 
-class ChatResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class ChatResult(Value):
     message: ChatMessage
     finish_reason: FinishReason
     usage: Usage
     logprobs: tuple[TokenLogprob, ...] = ()
 
 
-class ToolCallDelta(BaseModel):
+class ToolCallDelta(Value):
     """A piece of a streamed tool call: the first of a call has `id` and `name`; `arguments` pieces join up."""
-
-    model_config = ConfigDict(frozen=True)
 
     index: int
     id: str | None = None

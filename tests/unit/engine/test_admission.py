@@ -161,6 +161,6 @@ def test_every_kind_of_work_waits_in_one_queue_and_is_admitted_in_arrival_order(
     assert first_seen[:5] == [kind for kind, _ in works]
     for seq in sequences:
         seq.close()
-    wait_until(lambda: model.free_slots == 2)
+    wait_until(lambda: model.slots.available == 2)
     assert decoder.violations == []
     eng.close()

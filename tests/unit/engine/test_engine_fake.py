@@ -81,7 +81,7 @@ def test_greedy_generation_equals_the_reference_and_frees_its_slot() -> None:
     text = b"".join(decoder.piece(t) for t in expected if t != EOG).decode("utf-8", "ignore")
     assert result.text == text
     assert result.usage.generated_token_count == len(expected)
-    assert eng.model(MODEL).free_slots == 2 and decoder.violations == []
+    assert eng.model(MODEL).slots.available == 2 and decoder.violations == []
     eng.close()
 
 
@@ -93,7 +93,7 @@ def test_concurrent_streams_decode_together_and_match_running_alone() -> None:
     streams = [eng.stream(MODEL, p, params) for p in prompts]
     texts = ["".join(e.text for e in s if isinstance(e, StreamChunk)) for s in streams]
     assert texts == alone
-    assert decoder.violations == [] and eng.model(MODEL).free_slots == 4
+    assert decoder.violations == [] and eng.model(MODEL).slots.available == 4
     eng.close()
 
 
@@ -204,6 +204,6 @@ def test_random_interleavings_never_leak_and_state_is_always_the_token_ids(
                 np.asarray(seq.next_logits(), dtype=np.float32), decoder.logits_after(seq.token_ids())
             )
         seq.close()
-    assert model.free_slots == slots and model.swapped_bytes == 0
+    assert model.slots.available == slots and model.slots.swapped_bytes == 0
     assert not any(s.busy for s in model.slots._holders.values())
     eng.close()

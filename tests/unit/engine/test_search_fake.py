@@ -53,7 +53,7 @@ def test_score_equals_the_sum_of_token_logprobs_and_leaves_the_sequence_unchange
         expected = brute_score(decoder, before[0], decoder.tokenize(text, False))
         assert value == pytest.approx(expected, abs=1e-9)
     assert (seq.token_ids(), seq.text()) == before
-    assert eng.model(MODEL).free_slots == 5  # every fork went back; the sequence keeps its own slot
+    assert eng.model(MODEL).slots.available == 5  # every fork went back; the sequence keeps its own slot
     seq.close()
 
 

@@ -86,22 +86,6 @@ class EngineModel:
             self.admission.enter(kind, take, check)
             state.busy = was_busy
 
-    @property
-    def free_slots(self) -> int:
-        return self.slots.available
-
-    @property
-    def swapped_bytes(self) -> int:
-        return self.slots.swapped_bytes
-
-    @property
-    def swaps_out(self) -> int:
-        return self.slots.swaps_out
-
-    @property
-    def reused_prompt_tokens(self) -> int:
-        return self.slots.reused_prompt_tokens
-
     def check_swap_room(self) -> None:
         """Refuse a new sequence while swapped-out sequences hold the model's host-memory cap (each new one may
         push another out to host memory)."""
