@@ -6,15 +6,12 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from llmhost.domain.errors import EngineError, LlmError
 from llmhost.domain.types import FinishReason, StreamChunk, StreamDone, StreamEvent, Usage
 from llmhost.engine.generation import GenerationText
 from llmhost.engine.remote.client import RemoteModel, _cause
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 

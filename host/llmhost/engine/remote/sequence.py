@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from llmhost.domain.errors import InvalidInput
 from llmhost.domain.types import BeamParams, FinishReason, InferenceResult, InferencingParams, StreamDone, StreamEvent
@@ -13,9 +13,6 @@ from llmhost.engine.generation import GenerationText
 from llmhost.engine.remote.client import RemoteModel
 from llmhost.engine.remote.generation import RemoteGeneration
 from llmhost.engine.text import attribute_text
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from llmhost.domain.errors import InvalidInput
 from llmhost.domain.types import Constraint
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
