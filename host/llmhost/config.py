@@ -10,9 +10,9 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from llmhost.domain.limits import (
+    BUILTIN_MODELS,
     DEFAULT_BATCH_SIZE,
     DEFAULT_CONTEXT_LENGTH,
-    DEFAULT_MODEL,
     DEFAULT_THREADS,
     MAX_GUEST_MEMORY_MB,
     MAX_OPEN_SEQUENCES,
@@ -117,7 +117,7 @@ class SandboxConfig(_Section):
 
 
 def _default_models() -> dict[str, ModelConfig]:
-    return {DEFAULT_MODEL: ModelConfig()}
+    return {name: ModelConfig() for name in BUILTIN_MODELS}
 
 
 CompileStrategy = Literal["fast-first", "optimized"]
@@ -159,7 +159,7 @@ def format_validation_error(err: ValidationError, source: str) -> str:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    """A config file's TOML, with the default model kept available unless the file redefines it."""
+    """A config file's TOML, with the built-in models kept available unless the file redefines them."""
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
@@ -170,7 +170,7 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
     models = data.get("models")
     if isinstance(models, dict):
-        data["models"] = {DEFAULT_MODEL: {}, **models}
+        data["models"] = {**{name: {} for name in BUILTIN_MODELS}, **models}
     return data
 
 

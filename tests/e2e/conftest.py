@@ -16,6 +16,8 @@ MODEL = "gemma-3-270m"
 SMALL = "gemma-small-context"  # the same weights with a 64-token window, to fill the context quickly
 SMALL_CONTEXT = 64
 CACHED = "gemma-prefix-cache"  # the same weights with the prompt-prefix cache on
+SMOL = "smollm2-135m"  # the second built-in model (49k vocabulary, ChatML template in its GGUF)
+MODELS = (MODEL, SMOL)  # suites that test model behaviour run on both
 
 
 @pytest.fixture(scope="session")
@@ -28,6 +30,7 @@ def real_config(llmhost_cache_dir: Path) -> HostConfig:
             MODEL: ModelConfig(prefix_cache=False),
             SMALL: ModelConfig(path=weights, context_length=SMALL_CONTEXT, prefix_cache=False),
             CACHED: ModelConfig(path=weights),
+            SMOL: ModelConfig(prefix_cache=False),
         },
         cache_dir=llmhost_cache_dir,
     )

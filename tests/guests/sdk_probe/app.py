@@ -8,11 +8,16 @@
     beam MODEL PROMPT WIDTH N STOP     beam search vs greedy generation of N tokens
     errors MODEL                       the exceptions of some failing calls
     chat MODEL TOOL_CHOICE SEEDS       llm.chat with a weather tool, seeds 0..SEEDS-1; and a plain greedy chat
+    next MODEL PROMPT N TOP            next_token_logprobs(TOP) along a greedy generation, and its logprobs
+    greedy_loop MODEL PROMPT N         next_token_logprobs(1) + append_tokens against generate(temperature=0)
+    seeded MODEL PROMPT N SEED         seeded generate_with, repeated; with another seed; with a stop
+    forbid_force MODEL PROMPT N        processors that forbid the best candidate, or force the third
+    trap_in_processor MODEL PROMPT N   a processor that raises halfway, with sequences and a stream open
 """
 
 import json
 
-from llmhost_guest import InvalidInput, LlmError, ModelNotSupported, Sequence, llm
+from llmhost_guest import InvalidInput, LlmError, ModelNotSupported, Sequence, llm, processors
 from wit_world import WitWorld as _World
 
 GREEDY = {"temperature": 0.0, "repeat_penalty": 1.0}
@@ -161,7 +166,139 @@ def op_chat(model, tool_choice, seeds):
     return {"replies": replies, "plain": reply_json(plain)}
 
 
+def op_next(model, prompt, count, top):
+    """next_token_logprobs(top) at every position of a greedy generation, read from a fork at that position, and
+    the logprobs the generation reported there."""
+    with Sequence(model, prompt) as seq:
+        start = seq.token_count
+        result = seq.generate(max_tokens=int(count), logprobs=int(top), **GREEDY)
+        ids = seq.token_ids
+        reads = []
+        with Sequence(model) as probe:
+            probe.append_tokens(ids[:start])
+            for i in range(len(result.logprobs)):
+                before = probe.token_ids
+                reads.append(probe.next_token_logprobs(int(top)))
+                assert probe.token_ids == before  # left unchanged
+                probe.append_tokens([ids[start + i]])
+        generated = [
+            {"id": e.token_id, "logprob": e.logprob, "top": [[t[0], t[2]] for t in e.top]} for e in result.logprobs
+        ]
+        return {"generated": generated, "reads": [[[t, lp, list(b)] for t, lp, b in r] for r in reads]}
+
+
+def op_greedy_loop(model, prompt, count):
+    """A greedy loop on next_token_logprobs(1) + append_tokens, against generate(temperature=0), from one prompt
+    state (forked), and generate_with(temperature=0, top=1) with no processors."""
+    with Sequence(model, prompt) as base:
+        start = base.token_count
+        with base.fork() as gen:
+            text = str(gen.generate(max_tokens=int(count), **GREEDY))
+            gen_ids = gen.token_ids[start:]
+        with base.fork() as loop:
+            for _ in range(int(count)):
+                token, _, piece = loop.next_token_logprobs(1)[0]
+                if not piece:
+                    break
+                loop.append_tokens([token])
+            loop_text = str(loop)[len(prompt) :]
+            loop_ids = loop.token_ids[start:]
+        with base.fork() as sdk:
+            with_text = sdk.generate_with([], max_tokens=int(count), top=1, temperature=0.0)
+            with_state = str(sdk)
+        return {
+            "prompt_ids": base.token_ids,
+            "generate": {"text": text, "ids": gen_ids},
+            "loop": {"text": loop_text, "ids": loop_ids},
+            "with": {"text": with_text, "state": with_state},
+        }
+
+
+def op_seeded(model, prompt, count, seed):
+    """generate_with at temperature 1 with a seed, three times from fresh sequences; and once more with stops."""
+    outs = []
+    for _ in range(3):
+        with Sequence(model, prompt) as seq:
+            text = seq.generate_with([processors.no_repeat_ngram(3)], max_tokens=int(count), seed=int(seed))
+            outs.append({"text": text, "state": str(seq), "ids": seq.token_ids})
+    other = []
+    with Sequence(model, prompt) as seq:
+        other.append(seq.generate_with([], max_tokens=int(count), seed=int(seed) + 1))
+    stop = outs[0]["text"][len(outs[0]["text"]) // 2 :][:3]
+    with Sequence(model, prompt) as seq:
+        stopped = seq.generate_with([processors.no_repeat_ngram(3)], max_tokens=int(count), seed=int(seed), stop=stop)
+        stopped_state, stopped_ids = str(seq), seq.token_ids
+        with Sequence(model, prompt + stopped) as fresh:
+            fresh_ids = fresh.token_ids
+    return {
+        "runs": outs,
+        "other_seed": other[0],
+        "stop": stop,
+        "stopped": stopped,
+        "stopped_state": stopped_state,
+        "stopped_ids": stopped_ids,
+        "fresh_ids": fresh_ids,
+    }
+
+
+def op_forbid_force(model, prompt, count):
+    """A processor that forbids the greedy choice at every step, and one that forces the 3rd candidate."""
+    with Sequence(model, prompt) as seq:
+        greedy = seq.fork()
+        plain = greedy.generate_with([], max_tokens=int(count), top=8, temperature=0.0)
+        greedy.close()
+        seen = []
+
+        def forbid_best(s, cands):
+            seen.append([c[0] for c in cands])
+            return cands[1:]
+
+        forbidden = seq.fork()
+        text_forbid = forbidden.generate_with([forbid_best], max_tokens=int(count), top=8, temperature=0.0)
+        forbidden_ids = forbidden.token_ids
+        forbidden.close()
+        forced_seen = []
+
+        def force_third(s, cands):
+            forced_seen.append(cands[2])
+            return [cands[2]]
+
+        forced = seq.fork()
+        text_force = forced.generate_with([force_third], max_tokens=int(count), top=8, temperature=1.0, seed=1)
+        forced_ids = forced.token_ids
+        forced.close()
+        start = seq.token_count
+        return {
+            "plain": plain,
+            "forbid": {"text": text_forbid, "ids": forbidden_ids[start:], "seen": seen},
+            "force": {"text": text_force, "ids": forced_ids[start:], "chosen": [c[0] for c in forced_seen]},
+        }
+
+
+def op_trap_in_processor(model, prompt, count):
+    """A processor that traps the guest halfway (an unhandled exception), holding open sequences and a stream."""
+    seq = Sequence(model, prompt)
+    extra = seq.fork()
+    stream = extra.stream(max_tokens=64)
+    next(iter(stream))
+    calls = []
+
+    def trap(s, cands):
+        calls.append(1)
+        if len(calls) > int(count) // 2:
+            raise RuntimeError("a bug in a processor")
+        return cands
+
+    seq.generate_with([trap], max_tokens=int(count), seed=3)
+    return {"unreachable": True}
+
+
 OPERATIONS = {
+    "next": op_next,
+    "greedy_loop": op_greedy_loop,
+    "seeded": op_seeded,
+    "forbid_force": op_forbid_force,
+    "trap_in_processor": op_trap_in_processor,
     "chat": op_chat,
     "slices": op_slices,
     "concat": op_concat,

@@ -201,21 +201,11 @@ class EngineModel:
         constraint's mask, then the sampler chain. Returns (token, its raw logprob, its logprob entry)."""
         if not job.logprobs and job.constraint is None:
             return job.sampler.sample(row), None, None
-        import numpy as np
-
         logits = self.decoder.logits(row)
         lse = 0.0
         top: tuple[TopLogprob, ...] = ()
         if job.logprobs:  # from the raw distribution, before the mask changes the row
-            peak = float(logits.max())
-            lse = peak + float(np.log(np.exp(logits - peak).sum()))
-            k = job.params.logprobs or 0
-            if k:
-                best = np.argpartition(logits, -k)[-k:]
-                best = best[np.argsort(-logits[best], kind="stable")]
-                top = tuple(
-                    TopLogprob(token_id=int(t), bytes=self.piece(int(t)), logprob=float(logits[t]) - lse) for t in best
-                )
+            lse, top = self.top_logprobs(logits, job.params.logprobs or 0)
         if job.constraint is not None and not job.constraint.apply(logits, mask):
             # Nothing is allowed (the matcher failed): end the generation as the language would.
             token = self.decoder.eos()
@@ -228,6 +218,21 @@ class EngineModel:
         if job.params.logprobs is not None:
             entry = TokenLogprob(token_id=token, bytes=self.piece(token), logprob=logprob, top=top)
         return token, logprob, entry
+
+    def top_logprobs(self, logits: Any, k: int) -> tuple[float, tuple[TopLogprob, ...]]:
+        """The log of the row's softmax denominator, and its `k` most likely tokens with their natural-log
+        probabilities, best first (ties by token id)."""
+        import numpy as np
+
+        peak = float(logits.max())
+        lse = peak + float(np.log(np.exp(logits - peak).sum()))
+        if not k:
+            return lse, ()
+        best = np.argpartition(logits, -k)[-k:] if k < len(logits) else np.arange(len(logits))
+        best = best[np.lexsort((best, -logits[best]))]
+        return lse, tuple(
+            TopLogprob(token_id=int(t), bytes=self.piece(int(t)), logprob=float(logits[t]) - lse) for t in best
+        )
 
     def next_logits(self, state: SeqState) -> list[float]:
         """The model's next-token logits after `state` (for checks that state equals text)."""

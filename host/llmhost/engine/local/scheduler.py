@@ -31,6 +31,7 @@ from llmhost.domain.types import (
     StreamDone,
     StreamEvent,
     TokenLogprob,
+    TopLogprob,
     Usage,
 )
 from llmhost.engine.admission import AdmissionQueue, Ticket
@@ -87,6 +88,8 @@ class LlamaModel(Protocol):
 
     def decode_rows(self, rows: list[Row]) -> list[Row]: ...
 
+    def top_logprobs(self, logits: Any, k: int) -> tuple[float, tuple[TopLogprob, ...]]: ...
+
     def sample_row(
         self, job: LlamaGeneration, row: int, mask: Any
     ) -> tuple[int, float | None, TokenLogprob | None]: ...
@@ -134,6 +137,9 @@ class LlamaGeneration:
         self._submitted = False
         self._exhausted = False
         self._delivered: list[str] = []  # chunk texts the reader took
+        # Its reader comes back with another job on the same sequence once it has its result (a guest's
+        # next-token read): the readers' turn after a step waits for that job rather than for this one's next().
+        self.follow_up = False
 
     @property
     def usage(self) -> Usage:
@@ -197,6 +203,16 @@ class LlamaGeneration:
         for tok in state.tokens[-max(1, penalty_window(self.params, model.n_ctx)) :]:
             self.sampler.accept(tok)  # the penalty window includes the prompt
         model.unevaluate_last(state)
+
+    def window_full(self) -> bool:
+        """Nothing can be generated: the context window is full."""
+        return len(self.state.tokens) >= self.model.n_ctx
+
+    def on_logits(self, row: int, mask: Any) -> bool:
+        """This step decoded the job's last pending token into output `row`: sample and account for the next
+        token. Returns True when the job is over."""
+        token, logprob, entry = self.model.sample_row(self, row, mask)
+        return self.accept(token, logprob, entry)
 
     def accept(self, token: int, logprob: float | None, entry: TokenLogprob | None = None) -> bool:
         """Account for a sampled token; returns True when the generation is over."""
@@ -443,8 +459,7 @@ class Scheduler:
             deadline = self._last_step_end + self.reader_turn_s
             with self._mutex:
                 self._turn_cv.wait_for(
-                    lambda: all(j.ended or (j in self._blocked and not j._events) for j in self.readers),
-                    max(0.0, deadline - time.monotonic()),
+                    lambda: all(self._reader_back(j) for j in self.readers), max(0.0, deadline - time.monotonic())
                 )
         self.readers = []
         with self.model.lock:
@@ -458,6 +473,14 @@ class Scheduler:
                     job.finish()
                 return True
 
+    def _reader_back(self, job: LlamaGeneration) -> bool:
+        """`job`'s reader has taken its event and is back (mutex held): waiting in next() for the next one, or,
+        for a job whose reader follows up with a new job on the same sequence, with that job submitted (the
+        sequence is busy again). A finished job without follow-up has nothing to come back for."""
+        if job.follow_up:
+            return job.state.busy
+        return job.ended or (job in self._blocked and not job._events)
+
     def _admitted(self, job: LlamaGeneration) -> None:
         """`job` got its slot, in the admission queue's order (model lock held; on whichever thread admitted it)."""
         self._waiting.discard(job)
@@ -465,7 +488,7 @@ class Scheduler:
         # its `__del__` cancels it) when its reader lets go, never by the cyclic collector inside a locked region.
         job.ticket = None
         job.start()
-        if len(job.state.tokens) >= self.model.n_ctx:  # a full window: nothing can be generated
+        if job.window_full():
             job.push(StreamDone(finish_reason=FinishReason.LENGTH, usage=job.text.usage))
             job.finish()
         else:
@@ -508,8 +531,7 @@ class Scheduler:
             job = row.job
             if row.sample_at is None:
                 continue
-            token, logprob, entry = self.model.sample_row(job, row.sample_at, ready.get(id(job.constraint)))
-            if job.accept(token, logprob, entry):
+            if job.on_logits(row.sample_at, ready.get(id(job.constraint))):
                 self._active.remove(job)
                 job.finish()
         return admitted or bool(rows)

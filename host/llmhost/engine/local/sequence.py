@@ -11,9 +11,10 @@ import time
 from typing import TYPE_CHECKING
 
 from llmhost.domain.errors import InvalidInput
-from llmhost.domain.types import BeamParams, InferenceResult, InferencingParams
+from llmhost.domain.types import BeamParams, InferenceResult, InferencingParams, TopLogprob, check_next_token_top
 from llmhost.engine.base import UNBOUNDED, Bounds, TokenSequence, collect
 from llmhost.engine.local import search
+from llmhost.engine.local.next_token import NextTokenRead
 from llmhost.engine.local.scheduler import LlamaGeneration
 from llmhost.engine.local.sequence_state import SeqState
 from llmhost.engine.text import attribute_text
@@ -54,6 +55,16 @@ class LlamaSequence:
 
     def next_logits(self) -> list[float]:
         return self._model.next_logits(self._state)
+
+    def next_token_logprobs(self, top: int, bounds: Bounds = UNBOUNDED) -> list[TopLogprob]:
+        check_next_token_top(top)
+        self._check_idle()
+        state = self._state
+        if not state.tokens:
+            raise InvalidInput("the sequence is empty: append a prompt before reading its next token")
+        # What it evaluates counts into the run's budget: its pending tokens, or the last one again.
+        bounds.spend(max(1, len(state.tokens) - state.n_kv))
+        return NextTokenRead(self._model, state, top, on_end=self._model.slots.release).read()
 
     # --- changing ----------------------------------------------------------------------------------------
     def append(self, text: str) -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmhost.config import ModelConfig
 from llmhost.domain.errors import EngineError, InvalidInput
-from llmhost.domain.limits import DEFAULT_MODEL, MAX_BYTES_PER_TOKEN, model_key
+from llmhost.domain.limits import BUILTIN_MODELS, MAX_BYTES_PER_TOKEN, model_key
 from llmhost.domain.types import InferencingParams, check_text_length
 from llmhost.engine.admission import AdmissionQueue
 from llmhost.engine.remote.servers import SERVERS, constraint_fields
@@ -147,7 +147,7 @@ class RemoteModel:
     # --- vocabulary --------------------------------------------------------------------------------------
     def vocab(self) -> LlamaVocab | None:
         """The model file's vocabulary, loaded here when the file is known (`path`, or the embedded default)."""
-        if self.config.path is None and self.name != DEFAULT_MODEL:
+        if self.config.path is None and self.name not in BUILTIN_MODELS:
             return None
         with self._vocab_lock:
             if self._vocab is None:

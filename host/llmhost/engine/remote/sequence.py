@@ -7,7 +7,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from llmhost.domain.errors import InvalidInput
-from llmhost.domain.types import BeamParams, FinishReason, InferenceResult, InferencingParams, StreamDone, StreamEvent
+from llmhost.domain.types import (
+    BeamParams,
+    FinishReason,
+    InferenceResult,
+    InferencingParams,
+    StreamDone,
+    StreamEvent,
+    TopLogprob,
+    check_next_token_top,
+)
 from llmhost.engine.base import UNBOUNDED, Bounds, Generation, collect
 from llmhost.engine.generation import GenerationText
 from llmhost.engine.remote.client import RemoteModel
@@ -138,6 +147,13 @@ class RemoteSequence:
         raise InvalidInput(
             f"sequence.beam-search decodes forks of one KV cache step by step; the remote model "
             f'{self._model.name!r} (backend "openai") cannot: search on a local (llama-cpp) model'
+        )
+
+    def next_token_logprobs(self, top: int, bounds: Bounds = UNBOUNDED) -> list[TopLogprob]:
+        check_next_token_top(top)
+        raise InvalidInput(
+            f"sequence.next-token-logprobs needs the model's raw distribution; the remote model "
+            f'{self._model.name!r} (backend "openai") does not expose it: read it on a local (llama-cpp) model'
         )
 
     def host_bytes(self) -> int:

@@ -10,7 +10,7 @@
 `llmhost build` puts this package on componentize-py's module path. See docs/guest-sdk.md.
 """
 
-from . import llm
+from . import llm, processors
 from .errors import InvalidInput, LlmError, ModelNotSupported, RuntimeError_
 from .llm import Interleaved, interleave
 from .params import DEFAULT_MODEL, Chunk, Completion, Done, TokenLogprob, Usage, defaults
@@ -32,4 +32,5 @@ __all__ = [
     "defaults",
     "interleave",
     "llm",
+    "processors",
 ]

@@ -13,9 +13,11 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from . import processors as processors_
 from .errors import InvalidInput, call
 from .llm import Stream
 from .params import DEFAULT_MODEL, Completion, build
+from .processors import Processor
 
 _BOS: dict[str, list[int]] = {}  # per model: the tokens `tokenize("")` gives (the beginning of sequence)
 
@@ -46,6 +48,7 @@ class Sequence:
         self._inherited: dict[int, float] = {}
         self._text: str | None = None  # cached: reading the text is a host call
         self._prefix_len: dict[int, int] = {}  # token count → length of the text of that many tokens
+        self._ids: list[int] | None = None  # cached: kept up to date by `generate_with`'s own appends
         if text:
             self.append(text)
 
@@ -58,6 +61,7 @@ class Sequence:
     def _changed(self) -> None:
         self._text = None
         self._prefix_len.clear()
+        self._ids = None
 
     @property
     def _live(self) -> Any:
@@ -93,7 +97,9 @@ class Sequence:
     @property
     def token_ids(self) -> list[int]:
         """WIT `sequence.token-ids`."""
-        return list(self._live.token_ids())
+        if self._ids is None:
+            self._ids = list(self._live.token_ids())
+        return list(self._ids)
 
     @property
     def logprobs(self) -> list[float | None]:
@@ -131,6 +137,14 @@ class Sequence:
             call(self._live.append_tokens, ids)
             self._changed()
         return self
+
+    def _append_generated(self, token: int) -> None:
+        """Append one sampled token, keeping the cached ids (a processor reading them pays no host call)."""
+        ids = self._ids
+        call(self._live.append_tokens, [token])
+        self._changed()
+        if ids is not None:
+            self._ids = [*ids, token]
 
     def extend(self, other: Sequence) -> Sequence:
         """Append `other`'s tokens as they are (its beginning-of-sequence token dropped when this one is not
@@ -231,6 +245,32 @@ class Sequence:
     def score(self, continuations: Iterable[str]) -> list[float]:
         """WIT `sequence.score`: the log-likelihood of each continuation given the sequence (left unchanged)."""
         return [float(x) for x in call(self._live.score, list(continuations))]
+
+    def next_token_logprobs(self, top: int = 20) -> list[tuple[int, float, bytes]]:
+        """WIT `sequence.next-token-logprobs`: the `top` (1 to 256) most likely next tokens as
+        `(token_id, logprob, piece_bytes)`, best first, under the model's raw distribution. The sequence is left
+        unchanged; pending tokens are decoded in the host's shared batch."""
+        return [(int(c.token_id), float(c.logprob), bytes(c.bytes)) for c in call(self._live.next_token_logprobs, top)]
+
+    def generate_with(
+        self,
+        processors: Iterable[Processor],
+        *,
+        max_tokens: int,
+        top: int = 64,
+        temperature: float = 1.0,
+        seed: int | None = None,
+        stop: str | Iterable[str] = (),
+    ) -> str:
+        """Generate with logits processors that run here, in the guest: each step reads the `top` candidates,
+        passes them through every processor in turn (`(seq, candidates) -> candidates`), samples from what is
+        left with a `seed`ed RNG (softmax of logprob / `temperature`; 0: the most likely), and appends the token.
+        Ends after `max_tokens`, at a token with no bytes (end of generation), when the processors leave no
+        candidate, or at a stop sequence. Returns the generated text; stops are exact, as in `generate`: the
+        text excludes the stop, and the sequence holds exactly prompt + text. See `llmhost_guest.processors`."""
+        return processors_.generate_with(
+            self, processors, max_tokens=max_tokens, top=top, temperature=temperature, seed=seed, stop=stop
+        )
 
     def select(self, choices: Iterable[str]) -> str:
         """Append the most likely of `choices` (by `score`; the first of equals) and return it."""
