@@ -33,12 +33,14 @@ import batching
 import devloop
 import plots
 import scaleout
+import processors
 import sdk
 import structured
 
 from llmhost import Host, HostConfig, InferencingParams
 from llmhost.build.compile import build_component
 from llmhost.config import FakeEngineConfig, ModelConfig
+from llmhost.domain.limits import SMOLLM2_MODEL
 from llmhost.engine.local.llama_decoder import llama_lib
 from llmhost.engine.local.models import default_model_path
 from llmhost.run.scope import RunScope
@@ -407,6 +409,8 @@ def main() -> int:
     structured_rows = isolated(structured.run, config, model_path, MODEL, THREADS, N_GPU_LAYERS)
     devloop_rows = isolated(devloop.run, config.cache_dir)
     sdk_rows = isolated(sdk.run, config, MODEL, THREADS, N_GPU_LAYERS, args.rounds)
+    sdk_smol_rows = isolated(sdk.run, config, SMOLLM2_MODEL, THREADS, N_GPU_LAYERS, args.rounds)
+    processor_rows = isolated(processors.run, config.cache_dir, THREADS, N_GPU_LAYERS)
     scaleout_rows = isolated(scaleout.run, config.cache_dir, model_path, THREADS)
 
     lines = [
@@ -492,7 +496,17 @@ def main() -> int:
         "",
         "## Guest SDK: beam search and score (bench/sdk.py)",
         "",
+        f"### {MODEL}",
+        "",
         *sdk_rows,
+        "",
+        f"### {SMOLLM2_MODEL} (49,152-token vocabulary: a logits row costs far less)",
+        "",
+        *sdk_smol_rows,
+        "",
+        "## Guest-side sampling: next-token-logprobs loops (bench/processors.py)",
+        "",
+        *processor_rows,
         "",
         "## Remote backend (bench/scaleout.py)",
         "",

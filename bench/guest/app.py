@@ -1,8 +1,9 @@
 """Benchmark guest, timing from inside the component and printing JSON:
 `infer MODEL N PROMPT` one greedy `infer` call; `stream MODEL N PROMPT` the same through `infer-stream` (time to
 the first chunk and to `done`); `list-seq MODEL N PROMPT` / `list-infer MODEL N PROMPT` the numbered-list program
-(guest-examples/continuous) on a sequence / re-sending the whole prompt to `infer` at each step; `noop` returns
-at once (for start-up timing)."""
+(guest-examples/continuous) on a sequence / re-sending the whole prompt to `infer` at each step;
+`seq-generate MODEL N PROMPT` / `seq-loop MODEL N PROMPT` N greedy tokens on a sequence by one `generate` / by a
+guest loop on `next-token-logprobs(1)` + `append-tokens`; `noop` returns at once (for start-up timing)."""
 
 import json
 import time
@@ -67,6 +68,27 @@ def numbered_list(model: str, items: int, prompt: str, use_sequence: bool) -> di
     return {"seconds": elapsed, "evaluated": evaluated, "length": length, "text": text}
 
 
+def sequence_steps(model: str, n: int, prompt: str, loop: bool) -> dict[str, object]:
+    """n greedy tokens on a sequence after its prompt: one `generate`, or a guest loop of
+    `next-token-logprobs(1)` + `append-tokens` (what a guest-side sampler costs). Timed from after the prompt."""
+    with sequences.Sequence.open(model) as seq:
+        seq.append(prompt)
+        start = time.perf_counter()
+        if loop:
+            tokens: list[int] = []
+            while len(tokens) < n:
+                best = seq.next_token_logprobs(1)[0]
+                if not best.bytes:
+                    break
+                seq.append_tokens([best.token_id])
+                tokens.append(best.token_id)
+            generated = len(tokens)
+        else:
+            generated = seq.generate(greedy(str(n))).usage.generated_token_count
+        elapsed = time.perf_counter() - start
+        return {"seconds": elapsed, "generated": generated}
+
+
 class WitWorld(_World):
     def run(self, args: list[str]) -> int:
         if not args or args[0] == "noop":
@@ -74,6 +96,9 @@ class WitWorld(_World):
         op, model, n, prompt = args
         if op in ("list-seq", "list-infer"):
             print(json.dumps(numbered_list(model, int(n), prompt, op == "list-seq")))
+            return 0
+        if op in ("seq-generate", "seq-loop"):
+            print(json.dumps(sequence_steps(model, int(n), prompt, op == "seq-loop")))
             return 0
         if op == "stream":
             start = time.perf_counter()

@@ -7,6 +7,7 @@ import re
 import shlex
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -241,3 +242,64 @@ def test_extract_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: Host
     want = real_host.infer(MODEL, prompt, params)
     assert want.finish_reason.value == "stop"
     assert json.loads(run.stdout) == json.loads(want.text)
+
+
+def _greedy_with(host: Host, expert: Any, amateur: Any | None, contrastive: dict[str, Any]) -> str:
+    """The contrastive example's decoding loop through the Python API (same reads, same rule, same stop)."""
+    import math
+
+    top, weak_top, alpha = contrastive["TOP"], contrastive["AMATEUR_TOP"], contrastive["ALPHA"]
+    seen = len(expert)
+    data = b""
+    for _ in range(contrastive["MAX_TOKENS"]):
+        candidates = [(c.token_id, c.logprob, c.bytes) for c in expert.next_token_logprobs(top)]
+        if amateur is not None:
+            ids = expert.token_ids()
+            amateur.append_tokens(ids[seen:])
+            seen = len(ids)
+            weak = {c.token_id: c.logprob for c in amateur.next_token_logprobs(weak_top)}
+            floor = min(weak.values())
+            plausible = candidates[0][1] + math.log(alpha)
+            candidates = [(t, lp - weak.get(t, floor), p) for t, lp, p in candidates if lp >= plausible]
+        token, _, piece = max(candidates, key=lambda c: c[1])
+        if not piece:
+            break
+        expert.append_tokens([token])
+        data += piece
+        text = data.decode("utf-8", "ignore")
+        if "\n" in text:
+            return text[: text.index("\n")]
+    return data.decode("utf-8", "ignore")
+
+
+def test_contrastive_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: Host) -> None:
+    commands, expected = readme_blocks("contrastive")
+    build, run = run_readme_commands(commands, tmp_path, llmhost_cache_dir)
+    assert build.returncode == 0, build.stderr
+    assert run.returncode == 0, run.stderr
+    prompt = _source_constant("contrastive", "PROMPT")
+    assert isinstance(prompt, str)
+    lines = [re.escape(line) for line in prompt.split("\n")]
+    matches = readme.assert_shape(
+        run.stdout, expected, [*lines, r"greedy \(expert alone\):(.*)", r"contrastive \(expert - amateur '(.*)'\):(.*)"]
+    )
+    constants = {name: _source_constant("contrastive", name) for name in ("TOP", "AMATEUR_TOP", "ALPHA", "MAX_TOKENS")}
+    amateur_prompt = prompt.rsplit("\n", 1)[-1]
+    assert matches[-1].group(1) == amateur_prompt
+    # The same decoding through the Python API on this machine writes the same two texts.
+    texts = []
+    for contrastive in (False, True):
+        expert = real_host.open_sequence(MODEL)
+        amateur = real_host.open_sequence(MODEL) if contrastive else None
+        try:
+            expert.append(prompt)
+            if amateur is not None:
+                amateur.append(amateur_prompt)
+            texts.append(_greedy_with(real_host, expert, amateur, constants))
+        finally:
+            expert.close()
+            if amateur is not None:
+                amateur.close()
+    assert matches[-2].group(1) == texts[0]
+    assert matches[-1].group(2) == texts[1]
+    assert texts[0] != texts[1]  # the contrast changed the choice somewhere

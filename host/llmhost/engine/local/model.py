@@ -228,7 +228,10 @@ class EngineModel:
         lse = peak + float(np.log(np.exp(logits - peak).sum()))
         if not k:
             return lse, ()
-        best = np.argpartition(logits, -k)[-k:] if k < len(logits) else np.arange(len(logits))
+        if k == 1:  # a greedy guest loop's read: argmax is several times cheaper than a partition of the row
+            best = np.array([int(np.argmax(logits))])
+        else:
+            best = np.argpartition(logits, -k)[-k:] if k < len(logits) else np.arange(len(logits))
         best = best[np.lexsort((best, -logits[best]))]
         return lse, tuple(
             TopLogprob(token_id=int(t), bytes=self.piece(int(t)), logprob=float(logits[t]) - lse) for t in best

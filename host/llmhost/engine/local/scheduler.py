@@ -56,6 +56,12 @@ LOOKAHEAD = 4
 # come back to next()) for at most this long, and the background thread waits as long before reading ahead.
 READER_TURN_S = 0.003
 
+# A guest's sampling loop (next-token reads) comes back with its next read after running its processors in the
+# sandbox and appending the token it chose: the next step waits up to this long for the loops the last step
+# answered, so that their reads decode together instead of each in a step of its own (on any device: batching
+# them is the point). It only waits while some loop has not come back; a lone loop never waits.
+FOLLOW_UP_TURN_S = 0.015
+
 # A step that could do nothing (every slot busy, nothing to decode) is retried after this long, or as soon as
 # something changes (a slot frees, a generation arrives or is cancelled), so waiting never spins.
 STALL_RETRY_S = 0.05
@@ -140,6 +146,7 @@ class LlamaGeneration:
         # Its reader comes back with another job on the same sequence once it has its result (a guest's
         # next-token read): the readers' turn after a step waits for that job rather than for this one's next().
         self.follow_up = False
+        self.submission = 0  # the state's submission count when this job was submitted
 
     @property
     def usage(self) -> Usage:
@@ -322,6 +329,8 @@ class Scheduler:
         )
         with model.lock:
             job.state.busy = True  # reserved: not swapped out or reused while it waits for its turn
+            job.state.submissions += 1
+            job.submission = job.state.submissions
             self._waiting.add(job)
             model.admission.submit(job.ticket)
         self._ensure_thread()
@@ -455,8 +464,11 @@ class Scheduler:
     # --- steps (no mutex held) -----------------------------------------------------------------------------
     def _turn_then_step(self) -> bool:
         """Give the readers the last step woke their turn, then run a step; returns whether it did anything."""
-        if self.reader_turn_s and self.readers:
-            deadline = self._last_step_end + self.reader_turn_s
+        turn = self.reader_turn_s
+        if any(job.follow_up for job in self.readers):
+            turn = max(turn, FOLLOW_UP_TURN_S)
+        if turn and self.readers:
+            deadline = self._last_step_end + turn
             with self._mutex:
                 self._turn_cv.wait_for(
                     lambda: all(self._reader_back(j) for j in self.readers), max(0.0, deadline - time.monotonic())
@@ -475,10 +487,10 @@ class Scheduler:
 
     def _reader_back(self, job: LlamaGeneration) -> bool:
         """`job`'s reader has taken its event and is back (mutex held): waiting in next() for the next one, or,
-        for a job whose reader follows up with a new job on the same sequence, with that job submitted (the
-        sequence is busy again). A finished job without follow-up has nothing to come back for."""
+        for a job whose reader follows up with a new job on the same sequence, with that job submitted. A
+        finished job without follow-up has nothing to come back for."""
         if job.follow_up:
-            return job.state.busy
+            return job.state.submissions > job.submission
         return job.ended or (job in self._blocked and not job._events)
 
     def _admitted(self, job: LlamaGeneration) -> None:

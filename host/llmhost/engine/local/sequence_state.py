@@ -25,6 +25,7 @@ class SeqState:
     cached: bool = False  # the leftover of a finished one-off request: only a prompt-prefix cache
     reused: int = 0  # prompt tokens taken from a cached prefix instead of being evaluated
     evaluated: int = 0  # tokens run through the model for this sequence (prefill and decode)
+    submissions: int = 0  # jobs submitted to the scheduler on it so far (a follow-up read shows as one more)
     last_used: float = field(default_factory=time.monotonic)
 
     @property
