@@ -32,8 +32,8 @@ from typing import Any
 import batching
 import devloop
 import plots
-import scaleout
 import processors
+import scaleout
 import sdk
 import structured
 
