@@ -1,4 +1,6 @@
-"""Chat with the model's own template and tool calls, end to end: probe guest → host → llama.cpp (Gemma 3 270M).
+"""Chat with the model's own template and tool calls, end to end: probe guest → host → llama.cpp, on both built-in
+models: Gemma 3 270M (the host's built-in Gemma 3 template; its GGUF has none) and SmolLM2 135M (the ChatML
+template in its GGUF, which knows no tools: they are described in the system turn, as for Gemma).
 
 Tool-call arguments are checked with an independent validator (jsonschema), never against hard-coded output.
 """
@@ -15,10 +17,11 @@ import pytest
 
 from llmhost import Host, HostConfig
 from llmhost.config import ModelConfig
+from llmhost.engine.chat_template import GEMMA3_TEMPLATE
 from llmhost.engine.local.models import default_model_path
 from probe_driver import ProbeOutcome, run_probe
 
-from .conftest import MODEL
+from .conftest import MODEL, MODELS, SMOL
 
 pytestmark = [pytest.mark.model, pytest.mark.wasm]
 Probe = Callable[..., ProbeOutcome]
@@ -48,6 +51,9 @@ TIME = {
     "parameters": json.dumps({"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}),
 }
 ASK = json.dumps([{"role": "user", "content": "What will the weather be in Paris over the next 3 days, in celsius?"}])
+# Each model's turn markers: the end of a turn and the user's next turn, and the generation prompt.
+NEXT_USER_TURN = {MODEL: "<end_of_turn>\n<start_of_turn>user\n", SMOL: "<|im_end|>\n<|im_start|>user\n"}
+GENERATION_PROMPT = {MODEL: "<start_of_turn>model\n", SMOL: "<|im_start|>assistant\n"}
 
 
 def ok(outcome: ProbeOutcome) -> Any:
@@ -71,10 +77,41 @@ def test_template_of_the_default_model(real_probe: Probe) -> None:
     assert "<end_of_turn>" not in (result["message"]["content"] or "")
 
 
-@pytest.mark.slow  # soak: 20 seeded samples
-def test_required_tool_call_validates_20_of_20(real_probe: Probe) -> None:
+def test_template_of_smollm2_is_the_chatml_one_from_its_gguf(real_probe: Probe, real_host: Host) -> None:
+    info = real_host.engine.engine(SMOL).chat_template(SMOL)
+    assert info.origin == "the model file's tokenizer.chat_template"
+    assert info.source != GEMMA3_TEMPLATE and "<|im_start|>" in info.source
+    messages = json.dumps([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}])
+    text = ok(real_probe("template", SMOL, messages, "[]", "true"))
+    assert text == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n"
+    # Without a system turn the GGUF's template writes its own default one: the template is the file's.
+    only_user = ok(real_probe("template", SMOL, json.dumps([{"role": "user", "content": "Hi!"}]), "[]", "true"))
+    assert only_user.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+    assert only_user.endswith("<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n")
+    # The markers are special tokens, one each, and the end of a turn ends generation (no BOS is added).
+    model = real_host.engine.model(SMOL)  # type: ignore[attr-defined]
+    [im_start] = model.tokenize("<|im_start|>", add_special=False)
+    [im_end] = model.tokenize("<|im_end|>", add_special=False)
+    assert model.is_eog(im_end) and not model.is_eog(im_start)
+    tokens = ok(real_probe("tokenize", SMOL, text))
+    assert tokens[0] == im_start and tokens.count(im_start) == 3 and tokens.count(im_end) == 2
+    # The prompt chat evaluates is exactly that text, and the reply carries no turn markers.
+    result = ok(real_probe("chat", SMOL, messages, params(inferencing={"max-tokens": 8, "temperature": 0.0})))
+    assert result["usage"]["prompt-token-count"] == len(tokens)
+    assert result["message"]["role"] == "assistant" and result["message"]["tool-calls"] == []
+    assert not any(marker in (result["message"]["content"] or "") for marker in ("<|im_start|>", "<|im_end|>"))
+    # Made to end its turn at once, the reply stops at `<|im_end|>` and leaves its text out.
+    bias = [{"token-id": im_end, "bias": 100.0}]
+    ended = ok(real_probe("chat", SMOL, messages, params(inferencing={"max-tokens": 8, "logit-bias": bias})))
+    assert ended["finish-reason"] == "stop" and ended["message"]["content"] in ("", None), ended
+    assert ended["usage"]["generated-token-count"] == 1
+
+
+@pytest.mark.slow  # soak: 20 seeded samples (5 on the second model, to keep the suite's time)
+@pytest.mark.parametrize(("model", "seeds"), [(MODEL, 20), (SMOL, 5)])
+def test_required_tool_call_validates_for_every_seed(real_probe: Probe, model: str, seeds: int) -> None:
     p = params(inferencing={"temperature": 0.8, "max-tokens": 96}, tools=[WEATHER, TIME], **{"tool-choice": "required"})
-    results = ok(real_probe("chat-seeds", MODEL, ASK, p, "20"))
+    results = ok(real_probe("chat-seeds", model, ASK, p, str(seeds)))
     valid = 0
     for entry in results:
         result = entry["ok"]
@@ -84,36 +121,40 @@ def test_required_tool_call_validates_20_of_20(real_probe: Probe) -> None:
         schema = WEATHER_SCHEMA if call["name"] == "get_weather" else json.loads(TIME["parameters"])
         jsonschema.validate(json.loads(call["arguments"]), schema)
         valid += 1
-    assert valid == 20
-    assert len({r["ok"]["message"]["tool-calls"][0]["id"] for r in results}) == 20  # ids are unique
+    assert valid == seeds
+    assert len({r["ok"]["message"]["tool-calls"][0]["id"] for r in results}) == seeds  # ids are unique
 
 
-def test_named_tool_call_and_tool_result_turn(real_probe: Probe) -> None:
+@pytest.mark.parametrize("model", MODELS)
+def test_named_tool_call_and_tool_result_turn(real_probe: Probe, model: str) -> None:
     p = params(
         inferencing={"temperature": 0.0, "max-tokens": 96},
         tools=[WEATHER, TIME],
         **{"tool-choice": {"named": "get_time"}},
     )
-    result = ok(real_probe("chat", MODEL, ASK, p))
+    result = ok(real_probe("chat", model, ASK, p))
     [call] = result["message"]["tool-calls"]
     assert call["name"] == "get_time" and result["finish-reason"] == "tool-calls"
     jsonschema.validate(json.loads(call["arguments"]), json.loads(TIME["parameters"]))
-    # The call and its result go back into the conversation (as plain turns: Gemma 3's template knows no tools).
+    # The call and its result go back into the conversation (as plain turns: neither model's template knows tools).
     history = json.loads(ASK) + [
         result["message"],
         {"role": "tool", "content": "12:00", "tool-call-id": call["id"]},
     ]
-    text = ok(real_probe("template", MODEL, json.dumps(history), json.dumps([WEATHER, TIME]), "true"))
-    assert '"tool_response"' in text and call["id"] in text and text.endswith("<start_of_turn>model\n")
-    answer = ok(real_probe("chat", MODEL, json.dumps(history), params(inferencing={"max-tokens": 16}, tools=[TIME])))
+    text = ok(real_probe("template", model, json.dumps(history), json.dumps([WEATHER, TIME]), "true"))
+    assert '"tool_response"' in text and call["id"] in text and text.endswith(GENERATION_PROMPT[model])
+    # The tools are described in the system turn, before the conversation.
+    assert text.index('"get_weather"') < text.index(json.loads(ASK)[0]["content"])
+    answer = ok(real_probe("chat", model, json.dumps(history), params(inferencing={"max-tokens": 16}, tools=[TIME])))
     assert answer["finish-reason"] in ("stop", "length", "tool-calls")
 
 
-def test_chat_stream_emits_tool_call_deltas(real_probe: Probe) -> None:
+@pytest.mark.parametrize("model", MODELS)
+def test_chat_stream_emits_tool_call_deltas(real_probe: Probe, model: str) -> None:
     p = params(
         inferencing={"temperature": 0.8, "seed": 7, "max-tokens": 96}, tools=[WEATHER], **{"tool-choice": "required"}
     )
-    streamed = ok(real_probe("chat-stream", MODEL, ASK, p))
+    streamed = ok(real_probe("chat-stream", model, ASK, p))
     events = streamed["events"]
     deltas = [e["tool-call"] for e in events if "tool-call" in e]
     assert not any("content" in e for e in events)
@@ -123,13 +164,14 @@ def test_chat_stream_emits_tool_call_deltas(real_probe: Probe) -> None:
     jsonschema.validate(json.loads(arguments), WEATHER_SCHEMA)
     assert events[-1]["done"]["finish-reason"] == "tool-calls" and streamed["after-done"] is None
     # The same seed through `chat` gives the same call.
-    [call] = ok(real_probe("chat", MODEL, ASK, p))["message"]["tool-calls"]
+    [call] = ok(real_probe("chat", model, ASK, p))["message"]["tool-calls"]
     assert call["arguments"] == arguments
 
 
-def test_auto_tool_choice_gives_text_or_a_valid_call(real_probe: Probe) -> None:
+@pytest.mark.parametrize("model", MODELS)
+def test_auto_tool_choice_gives_text_or_a_valid_call(real_probe: Probe, model: str) -> None:
     p = params(inferencing={"temperature": 0.8, "max-tokens": 64}, tools=[WEATHER])
-    for entry in ok(real_probe("chat-seeds", MODEL, ASK, p, "4")):
+    for entry in ok(real_probe("chat-seeds", model, ASK, p, "4")):
         result = entry["ok"]
         if result["message"]["tool-calls"]:
             assert result["finish-reason"] == "tool-calls"
@@ -138,18 +180,19 @@ def test_auto_tool_choice_gives_text_or_a_valid_call(real_probe: Probe) -> None:
             assert not (result["message"]["content"] or "").lstrip().startswith("{")
     # `none`: the tools are not offered; the reply is free text.
     none = params(inferencing={"temperature": 0.0, "max-tokens": 16}, tools=[WEATHER], **{"tool-choice": "none"})
-    result = ok(real_probe("chat", MODEL, ASK, none))
+    result = ok(real_probe("chat", model, ASK, none))
     assert result["message"]["tool-calls"] == [] and result["finish-reason"] in ("stop", "length")
 
 
-def test_conversation_on_a_sequence_evaluates_only_new_tokens(real_probe: Probe) -> None:
+@pytest.mark.parametrize("model", MODELS)
+def test_conversation_on_a_sequence_evaluates_only_new_tokens(real_probe: Probe, model: str) -> None:
     system = json.dumps([{"role": "system", "content": "Answer in one short sentence."}])
     turns = json.dumps(["Name a color.", "Name an animal.", "Name a city."])
     greedy = params(**{"temperature": 0.0, "max-tokens": 12, "repeat-penalty": 1.0})
-    result = ok(real_probe("chat-seq", MODEL, system, turns, greedy))
+    result = ok(real_probe("chat-seq", model, system, turns, greedy))
     assert len(result) == 3
     for turn in result[1:]:
-        assert turn["appended"].startswith("<end_of_turn>\n<start_of_turn>user\n")  # only the new part
+        assert turn["appended"].startswith(NEXT_USER_TURN[model])  # only the new part
         added = turn["len-after"] - turn["len-before"]  # the new prompt tokens and the reply
         evaluated = turn["evaluated-after"] - turn["evaluated-before"]
         assert turn["len-before"] > 20
@@ -158,6 +201,8 @@ def test_conversation_on_a_sequence_evaluates_only_new_tokens(real_probe: Probe)
         assert evaluated <= added + 1, turn
 
 
+# On the default model only: these are the host's checks of the input, the same for every model, and the last
+# one is Gemma 3's template refusing a conversation that does not alternate (SmolLM2's template accepts it).
 def test_tool_errors_are_invalid_input(real_probe: Probe) -> None:
     named_unknown = params(tools=[WEATHER], **{"tool-choice": {"named": "nope"}})
     outcome = real_probe("chat", MODEL, ASK, named_unknown)

@@ -38,14 +38,14 @@ def infer_error(probe: Probe, prompt: str, model: str = MODEL, **params: Any) ->
     return outcome.error
 
 
-def token_texts(host: Host, prompt: str, max_tokens: int) -> list[tuple[int, bytes]]:
+def token_texts(host: Host, prompt: str, max_tokens: int, model: str = MODEL) -> list[tuple[int, bytes]]:
     """Greedy reference: every generated token id with its bytes, through the Python API on the same engine."""
-    gen = host.engine.engine(MODEL).stream(
-        MODEL, prompt, InferencingParams(max_tokens=max_tokens, temperature=0, repeat_penalty=1)
+    gen = host.engine.engine(model).stream(
+        model, prompt, InferencingParams(max_tokens=max_tokens, temperature=0, repeat_penalty=1)
     )
     ids = [t for event in gen if isinstance(event, StreamChunk) for t in event.token_ids]
-    model = host.engine.model(MODEL)  # type: ignore[attr-defined]
-    return [(t, model.piece(t)) for t in ids]
+    loaded = host.engine.model(model)  # type: ignore[attr-defined]
+    return [(t, loaded.piece(t)) for t in ids]
 
 
 def test_greedy_infer_reports_usage_that_matches_tokenize(real_probe: Probe) -> None:

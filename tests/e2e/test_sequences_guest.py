@@ -1,4 +1,5 @@
-"""`sequences` end to end: probe guest → host → llama.cpp. State must always equal text, and cost only new tokens.
+"""`sequences` end to end: probe guest → host → llama.cpp, on both built-in models. State must always equal text,
+and cost only new tokens.
 
 "State equals text" is checked two ways: the next-token logits of a sequence match those of a fresh sequence
 fed the same token ids, and greedy continuation from the sequence equals greedy continuation of a fresh one
@@ -20,7 +21,7 @@ import pytest
 from llmhost import Host, InferencingParams
 from probe_driver import ProbeOutcome
 
-from .conftest import MODEL, SMALL, SMALL_CONTEXT
+from .conftest import MODEL, MODELS, SMALL, SMALL_CONTEXT
 from .greedy import NOISE, assert_greedy_continuation
 from .test_llm_guest import STORY, token_texts
 
@@ -49,7 +50,8 @@ def assert_same_logits(a: list[float], b: list[float]) -> None:
     assert float(x.max() - x[int(y.argmax())]) < NOISE
 
 
-def test_state_equals_text_after_append_generate_truncate_fork(real_probe: Probe, real_host: Host) -> None:
+@pytest.mark.parametrize("model", MODELS)
+def test_state_equals_text_after_append_generate_truncate_fork(real_probe: Probe, real_host: Host, model: str) -> None:
     stop = {**GREEDY, "max-tokens": 30, "stop": ["."]}
     steps = [
         ["open", "a"],
@@ -71,23 +73,24 @@ def test_state_equals_text_after_append_generate_truncate_fork(real_probe: Probe
         ["tokens", "a"],
         ["tokens", "b"],
     ]
-    r = ok(run_script(real_probe, steps))
+    r = ok(run_script(real_probe, steps, model))
     first, second, forked = r[2]["text"], r[4]["text"], r[7]["text"]
     assert r[2]["finish-reason"] == "stop" and "." not in first
     text_b = "The capital of France is" + first + ". Also," + second + " However" + forked
     assert r[13] == text_b
     # `text()` of the truncated sequence is exactly the text of its first 9 tokens plus the new generation.
     tokens_a = r[11]
-    model = real_host.engine.model(MODEL)  # type: ignore[attr-defined]
-    prefix = b"".join(model.piece(t) for t in tokens_a[:9]).decode()
+    loaded = real_host.engine.model(model)  # type: ignore[attr-defined]
+    prefix = b"".join(loaded.piece(t) for t in tokens_a[:9]).decode()
     assert text_b.startswith(prefix)
     assert r[10] == prefix + r[9]["text"]
-    assert_greedy_continuation(real_host, tokens_a, r[16][len(tokens_a) :])
-    assert_greedy_continuation(real_host, r[14], r[17][len(r[14]) :])
+    assert_greedy_continuation(real_host, tokens_a, r[16][len(tokens_a) :], model)
+    assert_greedy_continuation(real_host, r[14], r[17][len(r[14]) :], model)
 
 
-def test_exact_rewind_when_a_stop_begins_inside_a_token(real_probe: Probe, real_host: Host) -> None:
-    reference = token_texts(real_host, STORY, 24)
+@pytest.mark.parametrize("model", MODELS)
+def test_exact_rewind_when_a_stop_begins_inside_a_token(real_probe: Probe, real_host: Host, model: str) -> None:
+    reference = token_texts(real_host, STORY, 24, model)
     texts = [p.decode() for _, p in reference]
     # A token of 4+ characters; the stop sequence begins at its third character and runs into the next token.
     index = next(i for i, t in enumerate(texts) if len(t) >= 4 and i > 2 and texts[i + 1].strip())
@@ -105,20 +108,20 @@ def test_exact_rewind_when_a_stop_begins_inside_a_token(real_probe: Probe, real_
         ["generate", "a", GREEDY],
         ["tokens", "a"],
     ]
-    r = ok(run_script(real_probe, steps))
+    r = ok(run_script(real_probe, steps, model))
     assert r[2]["text"] == before + kept_part
     assert r[3] == STORY + before + kept_part
-    prompt_ids = real_host.tokenize(MODEL, STORY)
+    prompt_ids = real_host.tokenize(model, STORY)
     generated_ids = [t for t, _ in reference[:index]]
-    kept_ids = real_host.engine.model(MODEL).tokenize(kept_part, add_special=False)  # type: ignore[attr-defined]
+    kept_ids = real_host.engine.model(model).tokenize(kept_part, add_special=False)  # type: ignore[attr-defined]
     # The cut token is gone; the kept part of its text came back as its own tokens.
     assert r[4] == prompt_ids + generated_ids + kept_ids
     assert reference[index][0] not in r[4][len(prompt_ids) + index :]
-    assert_greedy_continuation(real_host, r[4], r[7][len(r[4]) :])
+    assert_greedy_continuation(real_host, r[4], r[7][len(r[4]) :], model)
 
     # The same through the Python API, comparing next-token logits with a fresh sequence fed the same ids.
-    seq = real_host.open_sequence(MODEL)
-    fresh = real_host.open_sequence(MODEL)
+    seq = real_host.open_sequence(model)
+    fresh = real_host.open_sequence(model)
     try:
         seq.append(STORY)
         seq.generate(InferencingParams(temperature=0, repeat_penalty=1, max_tokens=24, stop=(stop,)))
@@ -130,7 +133,8 @@ def test_exact_rewind_when_a_stop_begins_inside_a_token(real_probe: Probe, real_
         fresh.close()
 
 
-def test_cost_is_only_new_tokens_and_fork_evaluates_none(real_probe: Probe, real_host: Host) -> None:
+@pytest.mark.parametrize("model", MODELS)
+def test_cost_is_only_new_tokens_and_fork_evaluates_none(real_probe: Probe, real_host: Host, model: str) -> None:
     steps = [
         ["open", "a"],
         ["append", "a", STORY],
@@ -147,7 +151,7 @@ def test_cost_is_only_new_tokens_and_fork_evaluates_none(real_probe: Probe, real
         ["evaluated", "b"],
         ["evaluated", "a"],
     ]
-    r = ok(run_script(real_probe, steps))
+    r = ok(run_script(real_probe, steps, model))
     # The last token of each step waits to be evaluated by the next generation (which needs its logits).
     assert r[3] == r[2] - 1
     assert r[6] == r[5] - 1
@@ -204,7 +208,8 @@ def test_context_window_limits(real_probe: Probe) -> None:
     assert r[7]["err"]["kind"] == "invalid-input" and "tokens[0]" in r[7]["err"]["message"]
 
 
-def test_logprobs_and_log_likelihood(real_probe: Probe) -> None:
+@pytest.mark.parametrize("model", MODELS)
+def test_logprobs_and_log_likelihood(real_probe: Probe, model: str) -> None:
     steps = [
         ["open", "a"],
         ["append", "a", STORY],
@@ -213,7 +218,7 @@ def test_logprobs_and_log_likelihood(real_probe: Probe) -> None:
         ["log-likelihood", "a"],
         ["len", "a"],
     ]
-    r = ok(run_script(real_probe, steps))
+    r = ok(run_script(real_probe, steps, model))
     logprobs, total, length = r[3], r[4], r[5]
     prompt_len = length - r[2]["usage"]["generated-token-count"]
     assert logprobs[:prompt_len] == [None] * prompt_len
@@ -222,7 +227,8 @@ def test_logprobs_and_log_likelihood(real_probe: Probe) -> None:
     assert total == pytest.approx(sum(generated), rel=1e-5)
 
 
-def test_generate_stream_appends_what_it_returned(real_probe: Probe) -> None:
+@pytest.mark.parametrize("model", MODELS)
+def test_generate_stream_appends_what_it_returned(real_probe: Probe, model: str) -> None:
     steps = [
         ["open", "a"],
         ["append", "a", STORY],
@@ -236,7 +242,7 @@ def test_generate_stream_appends_what_it_returned(real_probe: Probe) -> None:
         ["text", "c"],
         ["append", "c", "!"],
     ]
-    r = ok(run_script(real_probe, steps))
+    r = ok(run_script(real_probe, steps, model))
     *chunks, done = r[3]
     assert "".join(c["chunk"]["text"] for c in chunks) == r[4]["text"]
     assert done["done"]["usage"] == r[4]["usage"]

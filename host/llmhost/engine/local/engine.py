@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from llmhost.config import ModelConfig
 from llmhost.domain.errors import InvalidInput
+from llmhost.domain.limits import DEFAULT_MODEL
 from llmhost.domain.types import (
     EmbeddingsResult,
     InferenceResult,
@@ -122,8 +123,9 @@ class LlamaCppEngine:
 
     def chat_template(self, model: str) -> TemplateInfo:
         m = self.model(model)
-        # A model with no `path` runs the embedded default model's weights.
-        return choose_template(model, m.config, m.decoder.chat_template(), default_weights=m.config.path is None)
+        # Only the default model's embedded weights (no `path`) lack a template and get Gemma 3's built in.
+        default_weights = m.config.path is None and model == DEFAULT_MODEL
+        return choose_template(model, m.config, m.decoder.chat_template(), default_weights=default_weights)
 
     def embeddings(self, model: str, texts: list[str], check: Callable[[], None] | None = None) -> EmbeddingsResult:
         return self.model(model).embed(texts, check)
