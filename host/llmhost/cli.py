@@ -273,10 +273,13 @@ def models(settings: Settings) -> None:
 
     with Host(settings.config()) as host:
         summaries = host.models()
+    from llmhost.domain.limits import DEFAULT_MODEL
+
     width = max([len("NAME"), *(len(m.name) for m in summaries)])
     click.echo(f"{'NAME':<{width}}  {'CONTEXT':>7}  PATH")
     for model in summaries:
-        path = str(model.path) if model.path is not None else "(built-in default)"
+        builtin = "(built-in default)" if model.name == DEFAULT_MODEL else "(built-in)"
+        path = str(model.path) if model.path is not None else builtin
         click.echo(f"{model.name:<{width}}  {model.context_length:>7}  {path}")
 
 

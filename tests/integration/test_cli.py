@@ -68,7 +68,10 @@ def test_models(fake_config_file: Path) -> None:
     assert result.exit_code == 0, result.stderr
     header, *rows = result.stdout.splitlines()
     assert header.split() == ["NAME", "CONTEXT", "PATH"]
-    assert [row.split(maxsplit=2) for row in rows] == [["gemma-3-270m", "4096", "(built-in default)"]]
+    assert [row.split(maxsplit=2) for row in rows] == [
+        ["gemma-3-270m", "4096", "(built-in default)"],
+        ["smollm2-135m", "4096", "(built-in)"],
+    ]
 
 
 def test_config_from_the_environment(fake_config_file: Path) -> None:
