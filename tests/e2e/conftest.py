@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,3 +63,24 @@ def real_probe_0_1_0_app(real_host: Host, probe_0_1_0_wasm: Path) -> App:
 def real_probe_0_1_0(real_probe_0_1_0_app: App) -> Callable[..., ProbeOutcome]:
     """The probe guest as built against llmhost:llm@0.1.0, against the real engine."""
     return lambda *args: run_probe(real_probe_0_1_0_app, *args)
+
+
+Probe = Callable[..., Any]
+
+
+@pytest.fixture(scope="session")
+def sdk_app(real_host: Host, guest_wasm: dict[str, Path]) -> App:
+    """tests/guests/sdk_probe: the guest SDK's calls in a guest (test_sdk_guest.py, test_guest_sampling.py)."""
+    return real_host.load(guest_wasm["sdk_probe"])
+
+
+@pytest.fixture
+def sdk(sdk_app: App) -> Probe:
+    """`sdk(op, *args)`: run one sdk_probe operation, which must succeed; its value."""
+
+    def call(*args: str) -> Any:
+        outcome: ProbeOutcome = run_probe(sdk_app, *args)
+        assert outcome.exit_code == 0, (outcome.error, outcome.stderr)
+        return outcome.value
+
+    return call

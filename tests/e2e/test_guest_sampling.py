@@ -6,36 +6,17 @@ leaves nothing behind."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from llmhost import App, GuestTrap, Host
-from probe_driver import ProbeOutcome, run_probe
 
-from .conftest import MODELS
+from .conftest import MODELS, Probe
 from .greedy import assert_same_or_split_at_near_tie
 
 pytestmark = [pytest.mark.model, pytest.mark.wasm]
-Probe = Callable[..., Any]
 PROMPT = "The three primary colors are"
-
-
-@pytest.fixture(scope="module")
-def sdk_app(real_host: Host, guest_wasm: dict[str, Path]) -> App:
-    return real_host.load(guest_wasm["sdk_probe"])
-
-
-@pytest.fixture
-def sdk(sdk_app: App) -> Probe:
-    def call(*args: str) -> Any:
-        outcome: ProbeOutcome = run_probe(sdk_app, *args)
-        assert outcome.exit_code == 0, (outcome.error, outcome.stderr)
-        return outcome.value
-
-    return call
 
 
 @pytest.mark.parametrize("model", MODELS)

@@ -6,35 +6,13 @@ search of width 1 is greedy generation."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from llmhost import App, Host
-from probe_driver import ProbeOutcome, run_probe
-
-from .conftest import MODEL
+from .conftest import MODEL, Probe
 from .greedy import NOISE
 
 pytestmark = [pytest.mark.model, pytest.mark.wasm]
-Probe = Callable[..., Any]
-
-
-@pytest.fixture(scope="session")
-def sdk_app(real_host: Host, guest_wasm: dict[str, Path]) -> App:
-    return real_host.load(guest_wasm["sdk_probe"])
-
-
-@pytest.fixture
-def sdk(sdk_app: App) -> Probe:
-    def call(*args: str) -> Any:
-        outcome: ProbeOutcome = run_probe(sdk_app, *args)
-        assert outcome.exit_code == 0, (outcome.error, outcome.stderr)
-        return outcome.value
-
-    return call
 
 
 def test_slicing_at_every_character_keeps_text_and_state(sdk: Probe) -> None:

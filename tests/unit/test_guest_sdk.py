@@ -11,6 +11,8 @@ from enum import Enum
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmhost.build.compile import guest_sdk_dir
 
@@ -461,3 +463,56 @@ def test_interleave_close_drops_every_open_stream(sdk: tuple[Any, FakeLlm]) -> N
     with pytest.raises(guest.InvalidInput):
         guest.interleave([lambda: Opened(guest, "d", 1, log), failing])
     assert log[-1] == "close d"  # a failed opening closes the streams already open
+
+
+def _generated_text_module() -> Any:
+    """llmhost_guest.processors alone (pure Python: it imports no bindings)."""
+    import importlib.util
+
+    path = guest_sdk_dir() / "llmhost_guest" / "processors.py"
+    spec = importlib.util.spec_from_file_location("llmhost_guest_processors", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.text(alphabet="abé€x", max_size=12),
+    cuts=st.lists(st.integers(min_value=0, max_value=40), max_size=8),
+    stop=st.sampled_from(["", "b", "ab", "é", "€x", "zz"]),
+)
+def test_generated_text_matches_brute_force(text: str, cuts: list[int], stop: str) -> None:
+    """`generate_with`'s text and exact stops against brute force, for tokens that split characters anywhere:
+    after each token the text is the whole characters so far, cut before the first stop; once a stop matched,
+    no more is fed; `settle` keeps the tokens whose bytes lie inside the text and re-appends the rest of it."""
+    data = text.encode()
+    bounds = sorted({min(c, len(data)) for c in cuts} | {len(data)})
+    pieces = [data[a:b] for a, b in zip([0, *bounds[:-1]], bounds, strict=True) if b > a]
+    generated = _generated_text_module().GeneratedText(stop)
+    fed: list[bytes] = []
+    for piece in pieces:
+        fed.append(piece)
+        stopped = generated.feed(piece)
+        whole = b"".join(fed).decode("utf-8", "ignore")  # a prefix of valid UTF-8: whole characters only
+        at = whole.find(stop) if stop else -1
+        assert stopped == (at >= 0)
+        assert generated.text == (whole[:at] if stopped else whole)
+        if stopped:
+            break
+    keep, tail = generated.settle()
+    assert (b"".join(fed[:keep]) + tail.encode()).decode() == generated.text
+    # The longest run of tokens inside the text that ends on a character boundary is kept.
+    kept = generated.text.encode()
+    for more in range(keep + 1, len(fed) + 1):
+        end = len(b"".join(fed[:more]))
+        assert end > len(kept) or not _ends_on_boundary(kept, end)
+
+
+def _ends_on_boundary(data: bytes, end: int) -> bool:
+    try:
+        data[:end].decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

@@ -14,13 +14,11 @@ import math
 import random
 from collections.abc import Callable, Iterable
 from collections.abc import Sequence as Seq
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .sequence import Sequence
+from typing import Any
 
 Candidate = tuple[int, float, bytes]
-Processor = Callable[["Sequence", list[Candidate]], Iterable[Candidate]]
+# (seq, candidates) -> candidates; `seq` is the `Sequence` being generated (typed loosely: this module is below it).
+Processor = Callable[[Any, list[Candidate]], Iterable[Candidate]]
 
 
 def choose(candidates: Seq[Candidate], temperature: float, rng: random.Random) -> Candidate:
@@ -41,41 +39,40 @@ def choose(candidates: Seq[Candidate], temperature: float, rng: random.Random) -
     return finite[-1]
 
 
-def generate_with(
-    seq: Sequence,
-    processors: Iterable[Processor],
-    *,
-    max_tokens: int,
-    top: int = 64,
-    temperature: float = 1.0,
-    seed: int | None = None,
-    stop: str | Iterable[str] = (),
-) -> str:
-    """See `Sequence.generate_with`."""
-    procs = list(processors)
-    stops = [stop] if isinstance(stop, str) else [s for s in stop if s]
-    rng = random.Random(seed)
-    start = seq.token_count
-    data = b""  # the bytes of the generated tokens
-    ends: list[int] = []  # per generated token: where its bytes end in `data`
-    text = ""
-    for _ in range(max_tokens):
-        candidates: list[Candidate] = seq.next_token_logprobs(top)
-        for processor in procs:
-            candidates = list(processor(seq, candidates))
-        if not candidates:
-            break  # the processors allow nothing: end as the language would
-        token, _, piece = choose(candidates, temperature, rng)
-        if not piece:
-            break  # end of generation (a control token is never appended)
-        seq._append_generated(token)
-        data += piece
-        ends.append(len(data))
-        text = data[: _complete_prefix(data)].decode("utf-8", "ignore")
-        hit = _first_stop(text, stops, len(text) - len(piece) - max((len(s) for s in stops), default=0))
+class GeneratedText:
+    """The text of the tokens `generate_with` appends, with exact stops (pure: the sequence calls live in
+    `Sequence.generate_with`). `feed` each token's bytes; once it returns True (a stop matched) or the loop ends,
+    `text` is the text to return and `settle()` says how to make the sequence exactly prompt + text."""
+
+    def __init__(self, stop: str | Iterable[str] = ()) -> None:
+        self.stops = [s for s in ([stop] if isinstance(stop, str) else stop) if s]  # "" stops nothing
+        self.data = b""  # the bytes of the generated tokens
+        self.ends: list[int] = []  # per generated token: where its bytes end in `data`
+        self.text = ""  # the text to return: whole characters only, cut before a stop
+
+    def feed(self, piece: bytes) -> bool:
+        """Account for one appended token's bytes; True when a stop sequence matched (the text ends before it)."""
+        self.data += piece
+        self.ends.append(len(self.data))
+        self.text = self.data[: _complete_prefix(self.data)].decode("utf-8", "ignore")
+        since = len(self.text) - len(piece) - max((len(s) for s in self.stops), default=0)
+        hit = _first_stop(self.text, self.stops, since)
         if hit is not None:
-            return _settle(seq, start, text[:hit], ends)
-    return _settle(seq, start, text, ends)
+            self.text = self.text[:hit]
+        return hit is not None
+
+    def settle(self) -> tuple[int, str]:
+        """(generated tokens to keep, text to append after them) so that the sequence holds exactly the text: the
+        longest run of tokens inside it that ends on a character boundary keeps its KV cache; the rest of the text
+        (the kept part of a cut token, and of a character split across tokens) is re-appended."""
+        kept = self.text.encode("utf-8")
+        whole = 0  # kept tokens: inside the text, and the last one ending on a character boundary
+        for count, end in enumerate(self.ends, 1):
+            if end > len(kept):
+                break
+            if _complete_prefix(kept[:end]) == end:
+                whole = count
+        return whole, kept[self.ends[whole - 1] if whole else 0 :].decode("utf-8")
 
 
 def _complete_prefix(data: bytes) -> int:
@@ -96,25 +93,10 @@ def _first_stop(text: str, stops: list[str], since: int) -> int | None:
     return min(found) if found else None
 
 
-def _settle(seq: Sequence, start: int, kept: str, ends: list[int]) -> str:
-    """Make the sequence exactly its prompt plus `kept`: generated tokens whose bytes lie wholly inside `kept`
-    stay (with their KV cache); the rest are truncated, and the kept part of a cut token is appended as text."""
-    kept_bytes = kept.encode("utf-8")
-    whole = 0
-    while whole < len(ends) and ends[whole] <= len(kept_bytes):
-        whole += 1
-    if whole < len(ends):
-        seq.truncate(start + whole)
-        tail = kept_bytes[ends[whole - 1] if whole else 0 :]
-        if tail:
-            seq.append(tail.decode("utf-8"))
-    return kept
-
-
 def no_repeat_ngram(n: int) -> Processor:
     """Forbid any token that would complete an n-gram already in the sequence (prompt included)."""
 
-    def processor(seq: Sequence, candidates: list[Candidate]) -> list[Candidate]:
+    def processor(seq: Any, candidates: list[Candidate]) -> list[Candidate]:
         ids = seq.token_ids
         if n < 1 or len(ids) < n - 1:
             return candidates

@@ -10,14 +10,14 @@ The host keeps the sequence's model state (KV cache), so each step pays only for
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Iterable
 from typing import Any
 
-from . import processors as processors_
 from .errors import InvalidInput, call
 from .llm import Stream
 from .params import DEFAULT_MODEL, Completion, build
-from .processors import Processor
+from .processors import GeneratedText, Processor, choose
 
 _BOS: dict[str, list[int]] = {}  # per model: the tokens `tokenize("")` gives (the beginning of sequence)
 
@@ -268,9 +268,27 @@ class Sequence:
         Ends after `max_tokens`, at a token with no bytes (end of generation), when the processors leave no
         candidate, or at a stop sequence. Returns the generated text; stops are exact, as in `generate`: the
         text excludes the stop, and the sequence holds exactly prompt + text. See `llmhost_guest.processors`."""
-        return processors_.generate_with(
-            self, processors, max_tokens=max_tokens, top=top, temperature=temperature, seed=seed, stop=stop
-        )
+        procs = list(processors)
+        rng = random.Random(seed)
+        start = self.token_count
+        generated = GeneratedText(stop)
+        for _ in range(max_tokens):
+            candidates = self.next_token_logprobs(top)
+            for processor in procs:
+                candidates = list(processor(self, candidates))
+            if not candidates:
+                break  # the processors allow nothing: end as the language would
+            token, _, piece = choose(candidates, temperature, rng)
+            if not piece:
+                break  # end of generation (a control token is never appended)
+            self._append_generated(token)
+            if generated.feed(piece):
+                break
+        keep, tail = generated.settle()
+        if keep < len(generated.ends):
+            self.truncate(start + keep)
+            self.append(tail)
+        return generated.text
 
     def select(self, choices: Iterable[str]) -> str:
         """Append the most likely of `choices` (by `score`; the first of equals) and return it."""
