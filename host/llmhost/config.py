@@ -47,6 +47,10 @@ class ModelConfig(_Section):
     # rest of its prompt is then evaluated as a batch starting mid-sequence, which llama.cpp's CPU kernels round
     # differently from one whole-prompt batch: greedy output can differ at near-ties from a run without reuse.
     prefix_cache: bool = True
+    # The same seeded request gives the same text and token ids whatever else the model is doing: alone, with a
+    # warm prefix cache, batched with other requests, after other traffic (README, "Deterministic mode"). One KV
+    # stream per slot, prompts in position-aligned chunks each decoded on its own. Costs some throughput.
+    deterministic: bool = False
     # Host memory the model may hold for swapped-out sequences (idle ones beyond `slots`). Over it, opening or
     # forking a sequence fails with `invalid-input` naming this key; nothing is evicted silently.
     max_swapped_mb: int = Field(MAX_SWAPPED_MB, ge=1)
@@ -77,6 +81,11 @@ class ModelConfig(_Section):
     def _check_backend(self) -> ModelConfig:
         if self.backend == "openai" and not self.base_urls:
             raise ValueError('`base-urls` is required with backend = "openai" (e.g. ["http://host:8000/v1"])')
+        if self.backend == "openai" and self.deterministic:
+            # A remote server batches and caches as it likes: the guarantee cannot be given for it.
+            raise ValueError('`deterministic = true` needs backend = "llama-cpp" (a remote server decides its batches)')
+        if self.deterministic and not self.exact_batching:
+            raise ValueError("`deterministic = true` needs `exact-batching = true` (repacked weights round by batch)")
         for url in self.base_urls:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"`base-urls`: {url!r} is not an http(s) URL")

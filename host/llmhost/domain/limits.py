@@ -13,6 +13,11 @@ BUILTIN_MODELS = (DEFAULT_MODEL, SMOLLM2_MODEL)
 DEFAULT_CONTEXT_LENGTH = 4096
 DEFAULT_THREADS = 2
 DEFAULT_BATCH_SIZE = 512
+# `models.NAME.deterministic = true`: prompts and appended tokens are evaluated in rows that never cross a
+# multiple of this many positions, and a cached prefix is reused only up to such a multiple, so a reused prefix
+# ends where the first run's row ended and the tail is evaluated as it was then. Smaller: more of a warm prefix is
+# reused; larger: fewer decode calls per prompt.
+DETERMINISTIC_CHUNK = 32
 # How long work waits at the head of its model's admission queue (for a sequence slot, or a request in flight of a
 # remote model) before giving up with `runtime-error` naming `models.NAME.slots`.
 ADMISSION_TIMEOUT_S = 300.0

@@ -136,7 +136,7 @@ def check_state(decoder: FakeDecoder, seq: LlamaSequence) -> None:
     if state.slot is not None:
         assert decoder.cells[state.slot] == state.tokens[: state.n_kv], "a slot's cells differ from its sequence"
     elif state.saved is not None:
-        assert json.loads(state.saved) == state.tokens[: state.n_kv], "saved state differs from the sequence"
+        assert json.loads(state.saved)[0] == state.tokens[: state.n_kv], "saved state differs from the sequence"
     else:
         assert state.n_kv == 0
 

@@ -6,6 +6,10 @@ every token before it in that slot, so any bookkeeping error shows: evaluating a
 from a slot whose cells do not match the sequence, changes the logits (and a greedy text), and is recorded in
 `violations`. Tokens are bytes (id = byte + 3; 1 = beginning of sequence, 2 = end of generation), as in the fake
 engine.
+
+`rounding=True` also imitates llama.cpp's kernels, whose rounding depends on the shape of the micro-batch: each
+cell remembers the shape of the row that evaluated it (its length, and whether a multi-token row shared its call
+with other rows), and the logits move with those shapes. Deterministic mode must give the same text anyway.
 """
 
 from __future__ import annotations
@@ -48,12 +52,17 @@ class FakeSampler:
 
 
 class FakeDecoder:
-    def __init__(self, n_ctx: int = 64, n_batch: int = 16, n_slots: int = 4, eog_bias: float = -2.0) -> None:
+    def __init__(
+        self, n_ctx: int = 64, n_batch: int = 16, n_slots: int = 4, eog_bias: float = -2.0, rounding: bool = False
+    ) -> None:
         self.n_vocab = 256 + BYTE_OFFSET
         self.n_ctx = n_ctx
         self.n_batch = n_batch
         self.n_slots = n_slots
         self.cells: dict[int, list[int]] = {slot: [] for slot in range(n_slots)}
+        self.rounding = rounding
+        self.shapes: dict[int, list[list[int]]] = {slot: [] for slot in range(n_slots)}  # per cell: [length, shared]
+        self.calls: list[list[int]] = []  # the row lengths of each decode call
         self.violations: list[str] = []
         self.decodes = 0
         self._eog_bias = eog_bias
@@ -82,10 +91,14 @@ class FakeDecoder:
         return TemplateInfo(source="", origin="the fake decoder", add_bos=True)
 
     # --- decoding ----------------------------------------------------------------------------------------
-    def logits_after(self, history: Sequence[int]) -> Any:
-        """The logits after `history`: a pure function of it (what a correct engine must always see)."""
+    def logits_after(self, history: Sequence[int], shapes: Sequence[Sequence[int]] = ()) -> Any:
+        """The logits after `history`: a pure function of it (what a correct engine must always see), moved a
+        little by the row shapes that evaluated it when `rounding` imitates llama.cpp."""
         seed = zlib.crc32(np.asarray(history, dtype=np.int32).tobytes())
         logits = np.random.default_rng(seed).standard_normal(self.n_vocab).astype(np.float32)
+        if self.rounding and shapes:
+            noise = np.random.default_rng(zlib.crc32(np.asarray(shapes, dtype=np.int32).tobytes()))
+            logits += 0.3 * noise.standard_normal(self.n_vocab).astype(np.float32)
         logits[:BYTE_OFFSET] = -np.inf
         logits[BYTE_OFFSET + 128 :] = -np.inf  # ASCII only: every token is a whole character
         logits[EOG] = self._eog_bias  # ends sometimes, not always
@@ -95,19 +108,22 @@ class FakeDecoder:
         if sum(len(c) for c in self.cells.values()) + sum(len(t) for _, _, t in rows) > self.n_ctx * self.n_slots:
             return 1  # no room in the (unified) cache
         self.decodes += 1
+        self.calls.append([len(tokens) for _, _, tokens in rows])
         self._kept = {}
         index = 0
         for slot, start, tokens in rows:
-            cells = self.cells[slot]
+            cells, shapes = self.cells[slot], self.shapes[slot]
             if start != len(cells):
                 self.violations.append(f"slot {slot}: token at position {start} but {len(cells)} cells held")
-                del cells[start:]
+                del cells[start:], shapes[start:]
+            shape = [len(tokens), int(len(tokens) > 1 and len(rows) > 1)]
             for token in tokens:
                 cells.append(token)
+                shapes.append(shape)
                 if len(cells) > self.n_ctx:
                     self.violations.append(f"slot {slot}: {len(cells)} cells, over the window of {self.n_ctx}")
                 if index in logits_at:
-                    self._kept[index] = self.logits_after(cells)
+                    self._kept[index] = self.logits_after(cells, shapes)
                     self._last = index
                 index += 1
         return 0
@@ -120,16 +136,17 @@ class FakeDecoder:
 
     # --- the KV cache ------------------------------------------------------------------------------------
     def seq_rm(self, slot: int, start: int) -> None:
-        del self.cells[slot][max(0, start) :]
+        del self.cells[slot][max(0, start) :], self.shapes[slot][max(0, start) :]
 
     def seq_cp(self, source: int, target: int, end: int) -> None:
-        self.cells[target] = list(self.cells[source] if end < 0 else self.cells[source][:end])
+        end = len(self.cells[source]) if end < 0 else end
+        self.cells[target], self.shapes[target] = self.cells[source][:end], self.shapes[source][:end]
 
     def save(self, slot: int) -> bytes | None:
-        return json.dumps(self.cells[slot]).encode()
+        return json.dumps([self.cells[slot], self.shapes[slot]]).encode()
 
     def restore(self, slot: int, data: bytes) -> bool:
-        self.cells[slot] = list(json.loads(data))
+        self.cells[slot], self.shapes[slot] = json.loads(data)
         return True
 
     def close(self) -> None:

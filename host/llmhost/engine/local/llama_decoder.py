@@ -197,7 +197,14 @@ class LlamaDecoder(LlamaVocabCalls):
         cparams.n_batch = self.n_batch
         cparams.n_ubatch = self.n_batch
         cparams.n_seq_max = config.slots
-        cparams.kv_unified = True  # one cell pool for all slots: seq_cp (fork, prefix reuse) copies no data
+        # Default: one cell pool for all slots, so seq_cp (fork, prefix reuse) copies no data. Deterministic mode:
+        # a stream per slot, so a sequence's cells sit in position order wherever the others' are.
+        self.unified = not config.deterministic
+        cparams.kv_unified = self.unified
+        if config.deterministic:
+            import os
+
+            cparams.flash_attn_type = int(os.environ.get("LLMHOST_DET_FA", "-1"))  # EXPERIMENT
         cparams.n_threads = config.threads
         cparams.n_threads_batch = config.threads
         cparams.no_perf = True
@@ -244,7 +251,13 @@ class LlamaDecoder(LlamaVocabCalls):
         self.lib.llama_memory_seq_rm(self.memory, slot, start, -1)
 
     def seq_cp(self, source: int, target: int, end: int) -> None:
-        self.lib.llama_memory_seq_cp(self.memory, source, target, 0, end)
+        if self.unified:
+            self.lib.llama_memory_seq_cp(self.memory, source, target, 0, end)
+            return
+        # Across streams llama.cpp copies whole streams only (cells keep their places): copy, then cut.
+        self.lib.llama_memory_seq_cp(self.memory, source, target, -1, -1)
+        if end >= 0:
+            self.seq_rm(target, end)
 
     def save(self, slot: int) -> bytes | None:
         size = self.lib.llama_state_seq_get_size(self.ctx, slot)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmhost.config import ModelConfig
 from llmhost.domain.errors import EngineError, InvalidInput
-from llmhost.domain.limits import model_key
+from llmhost.domain.limits import DETERMINISTIC_CHUNK, model_key
 from llmhost.domain.types import (
     Constraint,
     EmbeddingsResult,
@@ -29,6 +29,7 @@ from llmhost.domain.types import (
 from llmhost.engine.admission import AdmissionQueue
 from llmhost.engine.local.constraint_mask import TokenConstraint
 from llmhost.engine.local.decoder import BatchRow, Decoder
+from llmhost.engine.local.planning import aligned_after, row_length
 from llmhost.engine.local.scheduler import Row, Scheduler
 from llmhost.engine.local.sequence_state import SeqState
 from llmhost.engine.local.slots import SlotPool
@@ -47,13 +48,15 @@ class EngineModel:
         self.n_vocab = decoder.n_vocab
         self.n_ctx = decoder.n_ctx  # the window of one sequence
         self.n_batch = decoder.n_batch
+        # Deterministic mode's row alignment (planning.py); None: rows are cut by the batch budget alone.
+        self.chunk = min(DETERMINISTIC_CHUNK, self.n_batch) if config.deterministic else None
         # Decode threads on every core the process may use, and no GPU doing the work (see scheduler.READER_TURN_S)
         self.cpu_bound = config.n_gpu_layers == 0 and config.threads >= len(os.sched_getaffinity(0))
         # Every kind of work waits for slots (or the embedding context) in this one queue, in arrival order.
         slots = f"all {decoder.n_slots} sequence slots of {name}"
         self.admission = AdmissionQueue(self.lock, slots, model_key(name, "slots"))
         self.scheduler = Scheduler(self)
-        self.slots = SlotPool(decoder, decoder.n_slots, self.lock, name, on_free=self._freed)
+        self.slots = SlotPool(decoder, decoder.n_slots, self.lock, name, on_free=self._freed, chunk=self.chunk)
         self._embedding = False  # the embedding context is in use
         self._constraints: Any = None  # the model's ConstraintCompiler, created on first use (llguidance)
         self._constraints_lock = threading.Lock()
@@ -118,7 +121,8 @@ class EngineModel:
         """Run tokens[n_kv:upto] of `state` through the model now, in batch-size chunks (the logits of the last
         one are row -1 afterwards). For appends; generations go through the scheduler. Lock held, attached."""
         while state.n_kv < upto:
-            chunk = state.tokens[state.n_kv : min(upto, state.n_kv + self.n_batch)]
+            count = row_length(state.n_kv, upto - state.n_kv, self.n_batch, self.chunk)
+            chunk = state.tokens[state.n_kv : state.n_kv + count]
             if self._decode([(state, chunk)], {len(chunk) - 1}) != 0:
                 raise EngineError(f"no room in the KV cache of {self.name} for {len(chunk)} tokens")
             state.n_kv += len(chunk)
@@ -158,7 +162,11 @@ class EngineModel:
         started = time.perf_counter()
         self.decoding = True
         try:
-            return self.decoder.decode(batch, logits_rows)  # noqa
+            rc = self.decoder.decode(batch, logits_rows)
+            if rc == 0 and self.chunk is not None:
+                for state, tokens in plan:
+                    state.aligned = aligned_after(state.aligned, state.n_kv, len(tokens), self.chunk)
+            return rc
         finally:
             self.decoding = False
             self.decode_seconds += time.perf_counter() - started

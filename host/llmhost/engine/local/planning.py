@@ -3,6 +3,17 @@
 Decode rows first (one token each, for every generation whose reader is not too far behind), then prompt chunks
 of generations still in prefill, in arrival order, within the batch size: a long prompt never stalls the others,
 and what does not fit runs in the next step.
+
+Deterministic mode (`chunk` set) adds three rules, so a token's KV state and logits never depend on what else
+runs (llama.cpp's kernels round by the shape of the micro-batch a row falls in):
+- a prompt row ends at the next multiple of `chunk` positions (or the prompt's end), never anywhere the budget
+  happens to cut it: the same prompt is cut the same way whatever it is batched with;
+- every multi-token row is decoded in a call of its own (`decode_calls`), so llama.cpp never splits it into
+  micro-batches shaped by other sequences; one-token rows share one call;
+- a cached prefix is reused only up to a multiple of `chunk` that its holder evaluated as whole chunks
+  (`reusable_prefix`, `aligned_after`): the rest of the prompt is then cut exactly as on its first run;
+- an append evaluates at once only the rows before the last one (`eager_target`), so a sequence's rows are the
+  same whether its append found a slot free or its next generation evaluated everything.
 """
 
 from __future__ import annotations
@@ -13,12 +24,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Pending:
-    """One active generation: `pending` tokens not yet in the KV cache (1: it is decoding), and whether its
-    reader lags so far behind that it is skipped this step."""
+    """One active generation: `pending` tokens not yet in the KV cache (1: it is decoding), starting at position
+    `start`, and whether its reader lags so far behind that it is skipped this step."""
 
     key: int
     pending: int
     stalled: bool = False
+    start: int = 0
 
 
 @dataclass(frozen=True)
@@ -31,15 +43,76 @@ class Planned:
     samples: bool
 
 
-def plan_step(jobs: Sequence[Pending], budget: int) -> list[Planned]:
+def row_length(start: int, pending: int, budget: int, chunk: int | None) -> int:
+    """How many of `pending` tokens from position `start` one row evaluates: what the budget allows, or in
+    deterministic mode up to the next multiple of `chunk` (0 when the budget cannot hold that whole row)."""
+    if chunk is None:
+        return min(pending, budget)
+    count = min(pending, chunk - start % chunk)
+    return count if count <= budget else 0
+
+
+def plan_step(jobs: Sequence[Pending], budget: int, chunk: int | None = None) -> list[Planned]:
     ready = [job for job in jobs if not job.stalled and job.pending > 0]
-    decoding = [job for job in ready if job.pending == 1]
-    prefilling = [job for job in ready if job.pending > 1]
     planned: list[Planned] = []
-    for job in (*decoding, *prefilling):
-        if budget <= 0:
-            break
-        count = min(job.pending, budget)
+    for job in ready:
+        if job.pending == 1 and budget > 0:
+            planned.append(Planned(job.key, 1, True))
+            budget -= 1
+    first = True
+    for job in ready:
+        if job.pending == 1:
+            continue
+        # Deterministic prompt rows are decoded in calls of their own: the first always runs, so decode rows
+        # filling the budget never starve prompts.
+        room = max(budget, chunk) if chunk is not None and first else budget
+        count = row_length(job.start, job.pending, room, chunk)
+        if count <= 0:
+            if chunk is None:
+                break
+            continue
         budget -= count
+        first = False
         planned.append(Planned(job.key, count, count == job.pending))
     return planned
+
+
+def decode_calls(counts: Sequence[int], isolate: bool) -> list[list[int]]:
+    """The llama_decode calls for a step's rows (given by their token counts, in order), as lists of row
+    indices: one call for all, or (`isolate`, deterministic mode) the one-token rows together and each longer
+    row alone."""
+    if not isolate:
+        return [list(range(len(counts)))] if counts else []
+    singles = [i for i, n in enumerate(counts) if n == 1]
+    return ([singles] if singles else []) + [[i] for i, n in enumerate(counts) if n > 1]
+
+
+def aligned_after(aligned: int, start: int, count: int, chunk: int) -> int:
+    """A sequence's whole-chunk prefix after evaluating `count` tokens from position `start`: the positions
+    [0, aligned) were each evaluated in a row of exactly `chunk` tokens starting at a multiple of `chunk`, which
+    is how a longer prompt's first run evaluates them. Rewriting a position below it shortens it."""
+    if start < aligned:
+        aligned = start - start % chunk
+    if start == aligned and count == chunk:
+        return start + count
+    return aligned
+
+
+def eager_target(length: int, chunk: int | None) -> int:
+    """How much of a sequence of `length` tokens an append evaluates at once: all but the last token (the next
+    generation evaluates that one, for its logits); in deterministic mode only up to where the last row of a
+    fresh evaluation would start, so the next generation's last row has the same shape whether the append found a
+    slot free or not (then the generation evaluates it all)."""
+    if chunk is None:
+        return length - 1
+    return (length - 1) - (length - 1) % chunk
+
+
+def reusable_prefix(common: int, aligned: int, prompt_length: int, chunk: int | None) -> int:
+    """How much of a holder's cached prefix a new prompt may reuse: the common prefix, short of the prompt's last
+    token (evaluated for its logits); in deterministic mode only whole chunks the holder evaluated as such."""
+    length = min(common, prompt_length - 1)
+    if chunk is None:
+        return max(length, 0)
+    length = min(length, aligned)
+    return max(length - length % chunk, 0)

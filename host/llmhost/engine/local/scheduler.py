@@ -38,7 +38,7 @@ from llmhost.engine.admission import AdmissionQueue, Ticket
 from llmhost.engine.generation import GenerationText, Step
 from llmhost.engine.local.constraint_mask import MaskWorker, TokenConstraint
 from llmhost.engine.local.decoder import Decoder
-from llmhost.engine.local.planning import Pending, plan_step
+from llmhost.engine.local.planning import Pending, decode_calls, plan_step
 from llmhost.engine.local.sampling import penalty_window
 from llmhost.engine.local.sequence_state import SeqState, plan_rewind
 from llmhost.engine.local.slots import SlotPool
@@ -80,6 +80,7 @@ class LlamaModel(Protocol):
     scheduler: Scheduler
     n_ctx: int
     n_batch: int
+    chunk: int | None  # deterministic mode's row alignment (planning.py), or None
     cpu_bound: bool
 
     def piece(self, token: int) -> bytes: ...
@@ -517,9 +518,11 @@ class Scheduler:
     def _plan(self) -> list[Row]:
         """This step's rows (planning.plan_step: decode rows first, then prefill chunks in arrival order)."""
         jobs = {id(job): job for job in self._active}
-        pending = [Pending(key, len(j.state.tokens) - j.state.n_kv, j.waiting_unread) for key, j in jobs.items()]
+        pending = [
+            Pending(key, len(j.state.tokens) - j.state.n_kv, j.waiting_unread, j.state.n_kv) for key, j in jobs.items()
+        ]
         rows: list[Row] = []
-        for planned in plan_step(pending, self.model.n_batch):
+        for planned in plan_step(pending, self.model.n_batch, self.model.chunk):
             state = jobs[planned.key].state
             chunk = state.tokens[state.n_kv : state.n_kv + planned.count]
             rows.append(Row(jobs[planned.key], chunk, -1 if planned.samples else None))
@@ -532,13 +535,21 @@ class Scheduler:
         rows = self._plan()
         if not rows:
             return admitted
+        decoded = 0
+        # One call, or in deterministic mode several (planning.decode_calls); each call's rows are sampled before
+        # the next call replaces the logits.
+        for call in decode_calls([len(row.tokens) for row in rows], self.model.chunk is not None):
+            decoded += self._decode_and_sample([rows[i] for i in call])
+        self.steps += 1
+        return admitted or bool(decoded)
+
+    def _decode_and_sample(self, rows: list[Row]) -> int:
         # Token masks of constrained rows are computed while the batch decodes (both release the GIL).
         masks = self.masks.start([row.job.constraint for row in rows if row.sample_at is not None])
         try:
             rows = self.model.decode_rows(rows)
         finally:
             ready = masks.wait()
-        self.steps += 1
         for row in rows:
             job = row.job
             if row.sample_at is None:
@@ -546,4 +557,4 @@ class Scheduler:
             if job.on_logits(row.sample_at, ready.get(id(job.constraint))):
                 self._active.remove(job)
                 job.finish()
-        return admitted or bool(rows)
+        return len(rows)

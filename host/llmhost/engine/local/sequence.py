@@ -15,6 +15,7 @@ from llmhost.domain.types import BeamParams, InferenceResult, InferencingParams,
 from llmhost.engine.base import UNBOUNDED, Bounds, TokenSequence, collect
 from llmhost.engine.local import search
 from llmhost.engine.local.next_token import NextTokenRead
+from llmhost.engine.local.planning import eager_target
 from llmhost.engine.local.scheduler import LlamaGeneration
 from llmhost.engine.local.sequence_state import SeqState
 from llmhost.engine.text import attribute_text
@@ -101,10 +102,11 @@ class LlamaSequence:
                 return
             state.busy = True  # stays in its slot between chunks
         try:
-            # Evaluate now, all but the last token (the next generation evaluates that one to get its logits),
+            # Evaluate now, all but the last token (the next generation evaluates that one to get its logits; in
+            # deterministic mode all but the last row),
             # one batch-size chunk per hold of the model lock: other generations' steps run in between, so a
             # long append delays them by one chunk, not by the whole text.
-            target = len(state.tokens) - 1
+            target = eager_target(len(state.tokens), model.chunk)
             while state.n_kv < target:
                 with model.lock:
                     model.evaluate(state, min(target, state.n_kv + model.n_batch))

@@ -19,6 +19,9 @@ class SeqState:
     token_texts: list[str] = field(default_factory=list)
     logprobs: list[float | None] = field(default_factory=list)
     n_kv: int = 0  # tokens[:n_kv] are in the KV cache (resident in `slot`, or saved in `saved`)
+    # Deterministic mode: tokens[:aligned] were evaluated in whole position-aligned chunks (planning.aligned_after),
+    # the part of this cache another prompt may reuse.
+    aligned: int = 0
     slot: int | None = None
     saved: bytes | None = None  # the slot's KV state in host memory while swapped out
     busy: bool = False  # a generation runs on it: never swapped out

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 
 from llmhost.engine.local.decoder import Decoder
+from llmhost.engine.local.planning import reusable_prefix
 from llmhost.engine.local.sequence_state import SeqState
 
 MIN_REUSED_PREFIX = 2  # shorter common prefixes (e.g. just the BOS token) are not worth a copy
@@ -33,12 +34,14 @@ class SlotPool:
         lock: threading.RLock,
         name: str,
         on_free: Callable[[], None] = lambda: None,
+        chunk: int | None = None,
     ) -> None:
         self._kv = kv  # the KV-cache operations of the model's decoder
         self.count = count
         self.lock = lock
         self._name = name
         self._on_free = on_free
+        self._chunk = chunk  # deterministic mode: prefixes are reused in whole aligned chunks only
         self._free: list[int] = list(range(count))
         self._holders: dict[int, SeqState] = {}
         self.swaps_out = 0
@@ -107,6 +110,7 @@ class SlotPool:
             copy = SeqState(list(source.tokens), list(source.token_texts), list(source.logprobs))
             if source.slot is None:  # swapped out (or never evaluated): the copy shares its saved bytes
                 copy.saved, copy.n_kv = source.saved, source.n_kv if source.saved is not None else 0
+                copy.aligned = source.aligned
                 self.swapped_bytes += len(copy.saved or b"")
                 return copy
             source.busy = True  # not swapped out while the copy takes a slot
@@ -115,11 +119,11 @@ class SlotPool:
                 if slot is not None:
                     self._hold(copy, slot)
                     self._kv.seq_cp(source.slot, slot, -1)
-                    copy.n_kv = source.n_kv
+                    copy.n_kv, copy.aligned = source.n_kv, source.aligned
                 elif source.n_kv > 0:
                     copy.saved = self._kv.save(source.slot)
                     if copy.saved is not None:
-                        copy.n_kv = source.n_kv
+                        copy.n_kv, copy.aligned = source.n_kv, source.aligned
                         self.swapped_bytes += len(copy.saved)
                 return copy
             finally:
@@ -150,10 +154,10 @@ class SlotPool:
         best_len = 0
         for holder in self._holders.values():
             if not holder.busy:
-                length = common_prefix(holder.tokens[: holder.n_kv], state.tokens)
+                common = common_prefix(holder.tokens[: holder.n_kv], state.tokens)
+                length = reusable_prefix(common, min(holder.aligned, holder.n_kv), len(state.tokens), self._chunk)
                 if length > best_len:
                     best, best_len = holder, length
-        best_len = min(best_len, len(state.tokens) - 1)  # the last prompt token is evaluated for its logits
         if best is None or best_len < MIN_REUSED_PREFIX:
             return False
         if best.cached:
@@ -174,7 +178,7 @@ class SlotPool:
             self._kv.seq_cp(best.slot, slot, best_len)
         self._hold(state, slot)
         self._kv.seq_rm(slot, best_len)
-        state.n_kv = best_len
+        state.n_kv = state.aligned = best_len
         state.reused = best_len
         self.reused_prompt_tokens += best_len
         return True

@@ -1,0 +1,171 @@
+"""Deterministic mode through `llmhost serve` with the openai-compat example and the official `openai` client, on
+both built-in models: 16 seeded temperature-1 completions of 48 tokens, each sent cold, warm (streamed, with its
+whole prompt cached), under 7 concurrent other requests, and after churn (unrelated traffic, then a request that
+leaves part of its prompt cached; 8 at a time). Every run must give the cold run's tokens and log-probabilities
+exactly, and `n` choices (forks of one sequence) must repeat under load and after churn. Same machine, same
+build: nothing here is a recorded text."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from serve_driver import Server, serving
+
+from .conftest import MODELS
+
+pytestmark = [pytest.mark.model, pytest.mark.wasm]
+
+TOKENS = 48
+SUBJECTS = (
+    "a lighthouse keeper",
+    "octopuses",
+    "how rain forms",
+    "a market at dawn",
+    "the first bicycle",
+    "a chess match",
+    "paper money",
+    "a night train",
+    "bees in winter",
+    "an old violin",
+    "the tides",
+    "a mountain village",
+    "glass making",
+    "a lost cat",
+    "the printing press",
+    "a desert storm",
+)
+# Different lengths around the 32-token chunk, none sharing more than a word with another.
+PROMPTS = [
+    f"{i + 1}. Write about {subject}." + " Use plain words and vivid detail, one idea per sentence." * (i % 4)
+    for i, subject in enumerate(SUBJECTS)
+]
+# Each model's end-of-generation tokens (vocabulary facts), forbidden so that every completion runs 48 tokens.
+NO_END = {"gemma-3-270m": (1, 106, 212), "smollm2-135m": (0, 2, 4)}
+OTHER_TRAFFIC = [f"Unrelated request {i}: list some facts about the number {i * 7}." for i in range(8)]
+
+
+@pytest.fixture(scope="module")
+def server(
+    http_wasm: dict[str, Path], llmhost_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    config = tmp_path_factory.mktemp("deterministic") / "llmhost.toml"
+    models = "".join(f"\n[models.{m}]\ndeterministic = true\nslots = 8\nthreads = 2\n" for m in MODELS)
+    config.write_text(
+        f"""
+[components.openai]
+source = "{http_wasm["openai-compat"]}"
+[components.openai.limits]
+deadline-s = 300
+
+[routes]
+"/v1" = "openai"
+{models}"""
+    )
+    with serving(["-c", str(config)], llmhost_cache_dir) as running:
+        yield running
+        assert running.stop() == 0
+        assert not any("trapped" in line for line in running.lines), "the guest trapped"
+
+
+@pytest.fixture(scope="module")
+def client(server: Server) -> Any:
+    from openai import OpenAI
+
+    return OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0, timeout=300)
+
+
+def no_end(model: str) -> dict[str, int]:
+    return {str(t): -100 for t in NO_END[model]}
+
+
+Run = tuple[tuple[str, ...], tuple[float, ...]]  # the tokens and their log-probabilities
+
+
+def complete(client: Any, model: str, prompt: str, seed: int, *, stream: bool = False, tokens: int = TOKENS) -> Run:
+    kwargs = {
+        "max_tokens": tokens,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "seed": seed,
+        "logprobs": 1,
+        "logit_bias": no_end(model),
+    }
+    if not stream:
+        choice = client.completions.create(model=model, prompt=prompt, **kwargs).choices[0]
+        return tuple(choice.logprobs.tokens), tuple(choice.logprobs.token_logprobs)
+    pieces: list[str] = []
+    logprobs: list[float] = []
+    for chunk in client.completions.create(model=model, prompt=prompt, stream=True, **kwargs):
+        for choice in chunk.choices:
+            if choice.logprobs is not None:
+                pieces += choice.logprobs.tokens
+                logprobs += choice.logprobs.token_logprobs
+    return tuple(pieces), tuple(logprobs)
+
+
+def choices(client: Any, model: str, prompt: str, seed: int) -> list[str]:
+    response = client.completions.create(
+        model=model, prompt=prompt, max_tokens=TOKENS, temperature=1.0, seed=seed, n=3, logit_bias=no_end(model)
+    )
+    return [c.text for c in sorted(response.choices, key=lambda c: c.index)]
+
+
+def in_parallel(calls: list[Any]) -> list[Any]:
+    results: list[Any] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        results[i] = calls[i]()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_seeded_completions_repeat_exactly_cold_warm_loaded_and_after_churn(client: Any, model: str) -> None:
+    seeds = [1000 + i for i in range(len(PROMPTS))]
+    n_prompt = "A short poem about the sea:"
+    cold = []
+    for prompt, seed in zip(PROMPTS, seeds, strict=True):
+        cold.append(complete(client, model, prompt, seed))
+        # warm: the whole prompt is in the prefix cache now; streamed, against the non-streamed cold run
+        assert complete(client, model, prompt, seed, stream=True) == cold[-1], f"warm: {prompt!r}"
+    assert all(len(tokens) == TOKENS for tokens, _ in cold), "every completion must run its 48 tokens"
+    assert len({tokens for tokens, _ in cold}) == len(cold)
+    cold_choices = choices(client, model, n_prompt, 77)
+    assert len(set(cold_choices)) == 3, "seeded choices use seed + k: they differ"
+
+    # under load: 8 requests at a time, each with 7 others decoding in the same batches (and a request of 3
+    # forks beside the second wave)
+    for wave in range(2):
+        batch = list(range(wave * 8, wave * 8 + 8))
+        calls: list[Any] = [lambda i=i: complete(client, model, PROMPTS[i], seeds[i]) for i in batch]
+        if wave == 1:
+            calls.append(lambda: choices(client, model, n_prompt, 77))
+        results = in_parallel(calls)
+        for i, run in zip(batch, results, strict=False):
+            assert run == cold[i], f"under load: {PROMPTS[i]!r}"
+        if wave == 1:
+            assert results[-1] == cold_choices, "n choices under load"
+
+    # after churn: unrelated traffic reuses the cells; then each prompt right after a request that shares only its
+    # first half (part of its prompt is cached, cut at a place of its own), 8 such pairs at a time
+    in_parallel([lambda p=p: complete(client, model, p, 5, tokens=24) for p in OTHER_TRAFFIC])
+
+    def after_half(i: int) -> Run:
+        complete(client, model, PROMPTS[i][: len(PROMPTS[i]) // 2] + " Answer in French.", 9, tokens=4)
+        return complete(client, model, PROMPTS[i], seeds[i])
+
+    for wave in range(2):
+        batch = list(range(wave * 8, wave * 8 + 8))
+        for i, run in zip(batch, in_parallel([lambda i=i: after_half(i) for i in batch]), strict=True):
+            assert run == cold[i], f"after churn: {PROMPTS[i]!r}"
+    assert choices(client, model, n_prompt, 77) == cold_choices, "n choices after churn"
