@@ -1,6 +1,7 @@
 """Continuous batching benchmark (part of `make bench`): aggregate decode throughput at 1, 2, 4, 8 concurrent
 streams through the llmhost engine, against a serialized baseline (the same requests one at a time) and a bare
-llama.cpp loop that decodes the same number of sequences in one batch per step (the ceiling)."""
+llama.cpp loop that decodes the same number of sequences in one batch per step (the ceiling). `run` measures one
+model (bench/run.py calls it for each built-in model, each in a fresh process)."""
 
 from __future__ import annotations
 
@@ -210,11 +211,11 @@ def run(config: HostConfig, model_path: Path, model: str, threads: int, n_gpu_la
         "| bare batched loop tok/s | llmhost ÷ bare | over HTTP (`llmhost serve`) tok/s |",
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for n, r in results.items():
+    for n, res in results.items():
         rows.append(
-            f"| {n} | {r['rate']:.1f} | {r['rate'] / one:.2f} | {pct(r['ttft'], 0.5) * 1000:.0f} ms | "
-            f"{pct(r['ttft'], 0.95) * 1000:.0f} ms | {r['serial']:.1f} | {r['rate'] / r['serial']:.2f} | "
-            f"{r['bare']:.1f} | {r['ratio']:.2f} | {http_rates[n]:.1f} |"
+            f"| {n} | {res['rate']:.1f} | {res['rate'] / one:.2f} | {pct(res['ttft'], 0.5) * 1000:.0f} ms | "
+            f"{pct(res['ttft'], 0.95) * 1000:.0f} ms | {res['serial']:.1f} | {res['rate'] / res['serial']:.2f} | "
+            f"{res['bare']:.1f} | {res['ratio']:.2f} | {http_rates[n]:.1f} |"
         )
     eight = results[max(LEVELS)]
     rows += [

@@ -1,5 +1,8 @@
 """`make bench`: measure llmhost against its baselines in one run and write docs/benchmarks.md.
 
+Every model-dependent table has a row group (a `model` column or a `### model` sub-heading) for each built-in
+model, gemma-3-270m and smollm2-135m; each model's figures are measured in a fresh process of their own.
+
 Decode throughput, same model / prompt / greedy / 128 tokens, each timed from call to result (prefill included,
 a few tokens), median of ROUNDS rounds run interleaved so machine noise hits every variant alike:
   (a) a bare llama_decode + greedy sampler loop (the ceiling),
@@ -8,9 +11,11 @@ a few tokens), median of ROUNDS rounds run interleaved so machine noise hits eve
   (d) a wasm guest calling `llm.infer` (timed inside the guest),
   (e) a wasm guest reading `llm.infer-stream` to its done event (timed inside the guest).
 The streaming ratio (e)/(d) is the median over PAIRS back-to-back pairs of shorter runs (PAIR_TOKENS). Then time
-to first chunk, the sequences program, continuous batching (bench/batching.py), and `llmhost serve` (bench/serve.py).
-Plus structured output (bench/structured.py), the developer loop (bench/devloop.py), component instantiation
-(p50 of 20) and the second start of `llmhost run` (compiled component cached).
+to first chunk, the sequences program, continuous batching (bench/batching.py), deterministic mode
+(bench/deterministic.py) and `llmhost serve` (bench/serve.py). Plus structured output (bench/structured.py), the
+developer loop (bench/devloop.py), the guest SDK (bench/sdk.py), guest-side sampling (bench/processors.py), the
+remote backend (bench/scaleout.py), component instantiation (p50 of 20) and the second start of `llmhost run`
+(compiled component cached).
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import batching
+import deterministic
 import devloop
 import plots
 import processors
@@ -40,13 +46,14 @@ import structured
 from llmhost import Host, HostConfig, InferencingParams
 from llmhost.build.compile import build_component
 from llmhost.config import FakeEngineConfig, ModelConfig
-from llmhost.domain.limits import SMOLLM2_MODEL
+from llmhost.domain.limits import BUILTIN_MODELS, SMOLLM2_MODEL
 from llmhost.engine.local.llama_decoder import llama_lib
-from llmhost.engine.local.models import default_model_path
+from llmhost.engine.local.models import default_model_path, smollm2_path
 from llmhost.run.scope import RunScope
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "gemma-3-270m"
+MODEL_FILES = {MODEL: "Gemma 3 270M Q4_K_M", SMOLLM2_MODEL: "SmolLM2 135M Instruct Q4_1"}
 PROMPT = "Once upon a time, there was a dragon who"
 TOKENS = 128
 THREADS = int(os.environ.get("LLMHOST_BENCH_THREADS", "2"))
@@ -57,6 +64,11 @@ CONTEXT = 4096
 INFER = "(d) wasm guest calling llm.infer"
 STREAM = "(e) wasm guest reading llm.infer-stream"
 LONG_PROMPT = " ".join(f"Item {i}: a short line of text about item number {i}." for i in range(20))
+
+
+def model_path(model: str, cache_dir: Path) -> Path:
+    """The GGUF file of a built-in model (what the bare loops and llama-cpp-python load)."""
+    return default_model_path(cache_dir) if model == MODEL else smollm2_path(cache_dir)
 
 
 class Bare:
@@ -142,36 +154,38 @@ def create_completion(model_path: Path) -> Callable[[], tuple[int, float]]:
 GREEDY = InferencingParams(max_tokens=TOKENS, temperature=0.0, repeat_penalty=1.0, top_k=0, top_p=1.0)
 
 
-def engine_direct(host: Host) -> Callable[[], tuple[int, float]]:
+def engine_direct(host: Host, model: str) -> Callable[[], tuple[int, float]]:
     """(c) the llmhost engine, no wasm."""
 
     def run() -> tuple[int, float]:
         start = time.perf_counter()
-        result = host.infer(MODEL, PROMPT, GREEDY)
+        result = host.infer(model, PROMPT, GREEDY)
         return result.usage.generated_token_count, time.perf_counter() - start
 
     return run
 
 
-def guest_infer(host: Host, wasm: Path, tokens: int = TOKENS) -> Callable[[], tuple[int, float]]:
+def guest_infer(host: Host, wasm: Path, model: str, tokens: int = TOKENS) -> Callable[[], tuple[int, float]]:
     """(d) a guest component calling llm.infer, timed inside the guest."""
     app = host.load(wasm)
 
     def run() -> tuple[int, float]:
-        done = app.run_captured(["infer", MODEL, str(tokens), PROMPT])
+        done = app.run_captured(["infer", model, str(tokens), PROMPT])
         report = json.loads(done.stdout.decode().strip().splitlines()[-1])
         return int(report["generated"]), float(report["seconds"])
 
     return run
 
 
-def guest_stream(host: Host, wasm: Path, prompt: str = PROMPT, tokens: int = TOKENS) -> Callable[[], tuple[int, float]]:
+def guest_stream(
+    host: Host, wasm: Path, model: str, prompt: str = PROMPT, tokens: int = TOKENS
+) -> Callable[[], tuple[int, float]]:
     """(e) a guest reading `llm.infer-stream` to its done event, timed inside the guest."""
     app = host.load(wasm)
     first_chunk: list[float] = []
 
     def run() -> tuple[int, float]:
-        done = app.run_captured(["stream", MODEL, str(tokens), prompt])
+        done = app.run_captured(["stream", model, str(tokens), prompt])
         report = json.loads(done.stdout.decode().strip().splitlines()[-1])
         first_chunk.append(float(report["first_chunk"]))
         return int(report["generated"]), float(report["seconds"])
@@ -272,11 +286,11 @@ LIST_PROMPT = "What are the most popular types of vehicles?\n"
 PARTED = "texts that part at a near-tie (README, Continuous batching)"
 
 
-def numbered_list(host: Host, wasm: Path, use_sequence: bool) -> dict[str, object]:
+def numbered_list(host: Host, wasm: Path, model: str, use_sequence: bool) -> dict[str, object]:
     """The numbered-list program of guest-examples/continuous (5 items), timed inside the guest."""
     app = host.load(wasm)
     op = "list-seq" if use_sequence else "list-infer"
-    done = app.run_captured([op, MODEL, "5", LIST_PROMPT])
+    done = app.run_captured([op, model, "5", LIST_PROMPT])
     report: dict[str, object] = json.loads(done.stdout.decode().strip().splitlines()[-1])
     return report
 
@@ -294,14 +308,18 @@ def instantiate_p50(host: Host, wasm: Path, n: int = 20) -> float:
     return statistics.median(times)
 
 
-def isolated(section: Callable[..., list[str]], *args: Any) -> list[str]:
+T = TypeVar("T")
+
+
+def isolated(section: Callable[..., T], *args: Any) -> T:
     """Run one benchmark section in a fresh process: what the earlier sections left loaded in this one (models,
     llama.cpp contexts and their thread pools) must not take CPU from the section's measurements (on 2 cores, 8
     streams ÷ the bare loop read 0.74 after the throughput rows here, 0.94 alone)."""
     import multiprocessing
 
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return list(pool.apply(section, args))
+        result: T = pool.apply(section, args)
+        return result
 
 
 def second_start(wasm: Path, env: dict[str, str]) -> float:
@@ -325,6 +343,151 @@ def cpu_times() -> tuple[int, int]:
     return (fields[7] if len(fields) > 7 else 0), sum(fields)
 
 
+@dataclass
+class ModelFigures:
+    """One model's decode throughput, streaming, time to first chunk and sequences figures (`measure_model`)."""
+
+    model: str
+    counts: dict[str, int]  # variant -> tokens generated
+    rates: dict[str, float]  # variant -> median tok/s over the rounds
+    pairs: PairStats
+    long_tokens: int  # LONG_PROMPT in this model's tokens
+    prefill_s: float  # the engine's own llama_decode time for LONG_PROMPT, median
+    bare_prefill_s: float  # a bare llama.cpp prefill of LONG_PROMPT, median
+    ttfc_overhead_s: float  # time to first chunk − that prefill, median
+    seq_runs: list[dict[str, object]]
+    infer_runs: list[dict[str, object]]
+
+
+def measure_model(config: HostConfig, wasm: Path, model: str, rounds: int, pairs: int) -> ModelFigures:
+    """Variants (a)-(e) of one model interleaved round by round, then the (e)/(d) pairs, the time to first chunk
+    and the numbered-list program (run by `isolated`, one process per model)."""
+    path = model_path(model, config.cache_dir)
+    host = Host(config)
+    bare = Bare(path)
+    variants: dict[str, Callable[[], tuple[int, float]]] = {
+        "(a) bare llama_decode loop": bare.run,
+        "(a') bare loop, llama.cpp's weight repacking on": Bare(path, repack=True).run,
+        "(b) llama-cpp-python create_completion": create_completion(path),
+        "(c) llmhost engine (Python API)": engine_direct(host, model),
+        INFER: guest_infer(host, wasm, model),
+        STREAM: guest_stream(host, wasm, model),
+    }
+    rates: dict[str, list[float]] = {name: [] for name in variants}
+    counts: dict[str, int] = {}
+    for fn in variants.values():  # warm-up: first decode allocates buffers
+        fn()
+    for round_index in range(rounds):
+        for name, fn in variants.items():
+            generated, seconds = fn()
+            counts[name] = generated
+            rates[name].append(generated / seconds)
+            print(
+                f"{model} round {round_index + 1}: {name}: {generated} tokens, {generated / seconds:.1f} tok/s",
+                file=sys.stderr,
+            )
+    engine_model = host.engine.model(model)
+    pair_infer = guest_infer(host, wasm, model, PAIR_TOKENS)
+    pair_stream = guest_stream(host, wasm, model, tokens=PAIR_TOKENS)
+    pair_stats = stream_ratios(pair_infer, pair_stream, pairs, lambda: engine_model.decode_seconds)
+    # Time to first chunk beyond the prefill itself: a long prompt, 1 token, guest-measured. The prefill is the
+    # engine's own llama_decode of that prompt in the same call (its decode time; with 1 token nothing else is
+    # decoded), so run-to-run noise of the prefill cancels out. A bare llama.cpp prefill, interleaved, shows what
+    # the engine's context costs against a single-sequence one.
+    first = guest_stream(host, wasm, model, LONG_PROMPT, 1)
+    overheads, prefills, bare_prefills = [], [], []
+    for _ in range(max(5, rounds)):
+        decoded = engine_model.decode_seconds
+        first()
+        prefill = engine_model.decode_seconds - decoded
+        prefills.append(prefill)
+        overheads.append(first.first_chunk[-1] - prefill)  # type: ignore[attr-defined]
+        bare_prefills.append(bare.prefill(LONG_PROMPT))
+    lists = {use: [numbered_list(host, wasm, model, use) for _ in range(rounds)] for use in (True, False)}
+    # Greedy both ways, but the sequence evaluates its text in pieces and `infer` in one prompt batch: they may part
+    # at a near-tie (README, "Continuous batching"). Both must still write the whole list.
+    assert all(str(r["text"]).count("\n") >= 5 for r in lists[True] + lists[False]), "each program must write 5 items"
+    figures = ModelFigures(
+        model=model,
+        counts=counts,
+        rates={name: statistics.median(r) for name, r in rates.items()},
+        pairs=pair_stats,
+        long_tokens=len(host.tokenize(model, LONG_PROMPT)),
+        prefill_s=statistics.median(prefills),
+        bare_prefill_s=statistics.median(bare_prefills),
+        ttfc_overhead_s=statistics.median(overheads),
+        seq_runs=lists[True],
+        infer_runs=lists[False],
+    )
+    host.close()
+    return figures
+
+
+def decode_rows(f: ModelFigures) -> list[str]:
+    ceiling = f.rates["(a) bare llama_decode loop"]
+    return [
+        f"| {f.model} | {name} | {f.counts[name]} | {rate:.1f} | {rate / ceiling:.3f} |"
+        for name, rate in f.rates.items()
+    ]
+
+
+def target_line(f: ModelFigures) -> str:
+    target = f.rates[INFER] / f.rates["(a) bare llama_decode loop"]
+    return f"Target (d)/(a) ≥ 0.95, {f.model}: **{target:.3f}** ({'met' if target >= 0.95 else 'NOT met'})."
+
+
+def streaming_rows(f: ModelFigures, note: str) -> list[str]:
+    """The streaming table's rows of one model; `note`: how its number of pairs was chosen, if not `--pairs`."""
+    p = f.pairs
+    ratio = statistics.median(p.ratios)
+    low, high = median_interval(p.ratios)
+    added = p.stream_overhead_s - p.infer_overhead_s  # what streaming adds per token, from the engine's accounting
+    accounted = (p.decode_s + p.infer_overhead_s) / (p.decode_s + p.stream_overhead_s)
+    return [
+        f"| {f.model} | streaming decode tok/s ÷ `infer` decode tok/s, (e)/(d): median of {len(p.ratios)} "
+        f"back-to-back pairs of {PAIR_TOKENS}-token runs{note} "
+        f"(95% confidence interval of the median {low:.3f}–{high:.3f}; pairs range "
+        f"{min(p.ratios):.3f}–{max(p.ratios):.3f}; {p.redone} more measured again, the "
+        f"hypervisor having taken > {PAIR_STEAL_LIMIT:.0%} of the CPU) | **{ratio:.3f}** "
+        f"({'met' if ratio >= 0.97 else 'NOT met'}) | ≥ 0.97 |",
+        f"| {f.model} | the same from time accounting, immune to decode-speed noise: (llama_decode + the rest) per "
+        f"token, (d) ÷ (e) = ({p.decode_s * 1e3:.2f} + {p.infer_overhead_s * 1e3:.2f} ms) ÷ "
+        f"({p.decode_s * 1e3:.2f} + {p.stream_overhead_s * 1e3:.2f} ms); streaming adds "
+        f"{added * 1e3:.2f} ms per token | {accounted:.3f} | |",
+        f"| {f.model} | time to first chunk − prefill ({f.long_tokens}-token prompt, guest-measured, minus the "
+        f"engine's llama_decode time for it: {f.prefill_s * 1000:.0f} ms), median | "
+        f"{f.ttfc_overhead_s * 1000:.1f} ms | ≤ 20 ms |",
+        f"| {f.model} | that prefill ÷ a bare llama.cpp prefill of the same prompt (single-sequence context, "
+        f"{f.bare_prefill_s * 1000:.0f} ms), median | {f.prefill_s / f.bare_prefill_s:.3f} | |",
+    ]
+
+
+def list_seconds(runs: list[dict[str, object]]) -> float:
+    return statistics.median(float(str(r["seconds"])) for r in runs)
+
+
+def sequences_rows(f: ModelFigures) -> list[str]:
+    rows = []
+    for program, runs, target in (
+        ("sequence", f.seq_runs, " (target ≤ 1.05)"),
+        ("re-sending the prompt to `infer`", f.infer_runs, ""),
+    ):
+        length, evaluated = int(str(runs[0]["length"])), int(str(runs[0]["evaluated"]))
+        rows.append(
+            f"| {f.model} | {program} | {length} | {evaluated} | {evaluated / length:.3f}{target} | "
+            f"{list_seconds(runs):.2f} s |"
+        )
+    return rows
+
+
+def sub_sections(rows: dict[str, list[str]]) -> list[str]:
+    """A section's rows of each model under a `### model` sub-heading."""
+    lines: list[str] = []
+    for model, model_rows in rows.items():
+        lines += [f"### {model}", "", *model_rows, ""]
+    return lines[:-1]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
@@ -333,148 +496,88 @@ def main() -> int:
     args = parser.parse_args()
     steal_start, total_start = cpu_times()
 
+    model_config = ModelConfig(threads=THREADS, n_gpu_layers=N_GPU_LAYERS, context_length=CONTEXT, prefix_cache=False)
     config = HostConfig(
-        models={
-            MODEL: ModelConfig(threads=THREADS, n_gpu_layers=N_GPU_LAYERS, context_length=CONTEXT, prefix_cache=False)
-        },
+        models=dict.fromkeys(BUILTIN_MODELS, model_config),
         compile_strategy="optimized",  # the throughput rows run Cranelift code; bench/devloop.py measures Winch
     )
-    model_path = default_model_path(config.cache_dir)
+    paths = {model: model_path(model, config.cache_dir) for model in BUILTIN_MODELS}
     wasm = config.cache_dir / "bench" / "bench-guest.wasm"
     build_component(ROOT / "bench" / "guest", wasm)
-    host = Host(config)
-    bare = Bare(model_path)
-    variants: dict[str, Callable[[], tuple[int, float]]] = {
-        "(a) bare llama_decode loop": bare.run,
-        "(a') bare loop, llama.cpp's weight repacking on": Bare(model_path, repack=True).run,
-        "(b) llama-cpp-python create_completion": create_completion(model_path),
-        "(c) llmhost engine (Python API)": engine_direct(host),
-        INFER: guest_infer(host, wasm),
-        STREAM: guest_stream(host, wasm),
-    }
-    rates: dict[str, list[float]] = {name: [] for name in variants}
-    counts: dict[str, int] = {}
-    for fn in variants.values():  # warm-up: first decode allocates buffers
-        fn()
-    for round_index in range(args.rounds):
-        for name, fn in variants.items():
-            generated, seconds = fn()
-            counts[name] = generated
-            rates[name].append(generated / seconds)
-            print(
-                f"round {round_index + 1}: {name}: {generated} tokens, {generated / seconds:.1f} tok/s", file=sys.stderr
-            )
-    median = {name: statistics.median(r) for name, r in rates.items()}
-    engine_model = host.engine.model(MODEL)  # type: ignore[attr-defined]
-    pair_infer, pair_stream = guest_infer(host, wasm, PAIR_TOKENS), guest_stream(host, wasm, tokens=PAIR_TOKENS)
-    pair_stats = stream_ratios(pair_infer, pair_stream, args.pairs, lambda: engine_model.decode_seconds)
-    pair_ratios = pair_stats.ratios
-    stream_ratio = statistics.median(pair_ratios)
-    ratio_low, ratio_high = median_interval(pair_ratios)
-    # What streaming adds per token, from the engine's own accounting (not subject to decode-speed noise)
-    added = pair_stats.stream_overhead_s - pair_stats.infer_overhead_s
-    accounted_ratio = (pair_stats.decode_s + pair_stats.infer_overhead_s) / (
-        pair_stats.decode_s + pair_stats.stream_overhead_s
-    )
-    # Time to first chunk beyond the prefill itself: a long prompt, 1 token, guest-measured. The prefill is the
-    # engine's own llama_decode of that prompt in the same call (its decode time; with 1 token nothing else is
-    # decoded), so run-to-run noise of the prefill cancels out. A bare llama.cpp prefill, interleaved, shows what
-    # the engine's context costs against a single-sequence one.
-    first = guest_stream(host, wasm, LONG_PROMPT, 1)
-    long_tokens = len(host.tokenize(MODEL, LONG_PROMPT))
-    overheads, prefills, bare_prefills = [], [], []
-    for _ in range(max(5, args.rounds)):
-        decoded = engine_model.decode_seconds
-        first()
-        prefill = engine_model.decode_seconds - decoded
-        prefills.append(prefill)
-        overheads.append(first.first_chunk[-1] - prefill)  # type: ignore[attr-defined]
-        bare_prefills.append(bare.prefill(LONG_PROMPT))
-    ttfc_overhead = statistics.median(overheads)
-    prefill_ratio = statistics.median(prefills) / statistics.median(bare_prefills)
-    lists = {use: [numbered_list(host, wasm, use) for _ in range(args.rounds)] for use in (True, False)}
-    seq_runs, infer_runs = lists[True], lists[False]
-    # Greedy both ways, but the sequence evaluates its text in pieces and `infer` in one prompt batch: they may part
-    # at a near-tie (README, "Continuous batching"). Both must still write the whole list.
-    same_text = seq_runs[0]["text"] == infer_runs[0]["text"]
-    assert all(str(r["text"]).count("\n") >= 5 for r in seq_runs + infer_runs), "each program must write 5 items"
-    seq_time = statistics.median(float(r["seconds"]) for r in seq_runs)  # type: ignore[arg-type]
-    infer_time = statistics.median(float(r["seconds"]) for r in infer_runs)  # type: ignore[arg-type]
-    ceiling = median["(a) bare llama_decode loop"]
-    inst = instantiate_p50(host, wasm)
+    # smollm2 decodes about twice as fast, but its pairs still cost minutes: half as many keep the run bounded.
+    pairs = {MODEL: args.pairs, SMOLLM2_MODEL: max(1, args.pairs // 2)}
+    figures = [isolated(measure_model, config, wasm, model, args.rounds, pairs[model]) for model in BUILTIN_MODELS]
+    stream_cost, infer_cost = guest_cost_per_token(wasm)
+    with Host(config) as host:  # no model is loaded: instantiating and starting a component use none
+        inst = instantiate_p50(host, wasm)
     env = dict(os.environ, LLMHOST_CACHE_DIR=str(config.cache_dir))
     restart = second_start(wasm, env)
-    host.close()
-    batching_rows = isolated(batching.run, config, model_path, MODEL, THREADS, N_GPU_LAYERS)
-    structured_rows = isolated(structured.run, config, model_path, MODEL, THREADS, N_GPU_LAYERS)
+
+    batching_rows = sub_sections(
+        {m: isolated(batching.run, config, paths[m], m, THREADS, N_GPU_LAYERS) for m in BUILTIN_MODELS}
+    )
+    deterministic_rows = isolated(deterministic.run, config, THREADS, N_GPU_LAYERS)  # both models, one table
+    structured_rows = sub_sections(
+        {m: isolated(structured.run, config, paths[m], m, THREADS, N_GPU_LAYERS) for m in BUILTIN_MODELS}
+    )
     devloop_rows = isolated(devloop.run, config.cache_dir)
     sdk_rows = isolated(sdk.run, config, MODEL, THREADS, N_GPU_LAYERS, args.rounds)
     sdk_smol_rows = isolated(sdk.run, config, SMOLLM2_MODEL, THREADS, N_GPU_LAYERS, args.rounds)
     processor_rows = isolated(processors.run, config.cache_dir, THREADS, N_GPU_LAYERS)
-    scaleout_rows = isolated(scaleout.run, config.cache_dir, model_path, THREADS)
+    scaleout_rows = sub_sections(
+        {m: isolated(scaleout.run, config.cache_dir, paths[m], m, THREADS) for m in BUILTIN_MODELS}
+    )
 
+    models = ", ".join(f"{f.model} ({MODEL_FILES[f.model]})" for f in figures)
+    parted = [f.model for f in figures if f.seq_runs[0]["text"] != f.infer_runs[0]["text"]]
     lines = [
         "# Benchmarks",
         "",
         "Written by `make bench` (bench/run.py); every number below comes from one run on the machine named.",
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} "
-        f"{platform.python_version()}; model {MODEL} (Gemma 3 270M Q4_K_M), threads {THREADS}, "
+        f"{platform.python_version()}; models {models}, threads {THREADS}, "
         f"n-gpu-layers {N_GPU_LAYERS}, context {CONTEXT}; prompt {PROMPT!r}, greedy, {TOKENS} tokens; "
-        f"median of {args.rounds} interleaved rounds, call to result (prefill included).",
+        f"median of {args.rounds} interleaved rounds, call to result (prefill included). Each model's rows are "
+        "measured in a fresh process of their own; ratios compare variants of the same model.",
         "",
         "GPU figures: run `make install-cuda`, then `LLMHOST_BENCH_N_GPU_LAYERS=-1 make bench` on a CUDA machine; "
         "the run below is CPU only" + (" (n-gpu-layers = " + str(N_GPU_LAYERS) + ")." if N_GPU_LAYERS else "."),
         "",
         "## Decode throughput",
         "",
-        "| variant | tokens | tokens/s | ÷ (a) |",
-        "| --- | ---: | ---: | ---: |",
-    ]
-    for name in variants:
-        lines.append(f"| {name} | {counts[name]} | {median[name]:.1f} | {median[name] / ceiling:.3f} |")
-    target = median[INFER] / ceiling
-    stream_cost, infer_cost = guest_cost_per_token(wasm)
-    lines += [
+        "| model | variant | tokens | tokens/s | ÷ (a) |",
+        "| --- | --- | ---: | ---: | ---: |",
+        *(row for f in figures for row in decode_rows(f)),
         "",
-        f"Target (d)/(a) ≥ 0.95: **{target:.3f}** ({'met' if target >= 0.95 else 'NOT met'}).",
-        "",
+        *(line for f in figures for line in (target_line(f), "")),
         "## Streaming",
         "",
-        "| measure | value | target |",
-        "| --- | ---: | ---: |",
-        f"| streaming decode tok/s ÷ `infer` decode tok/s, (e)/(d): median of {len(pair_ratios)} back-to-back pairs "
-        f"of {PAIR_TOKENS}-token runs "
-        f"(95% confidence interval of the median {ratio_low:.3f}–{ratio_high:.3f}; pairs range "
-        f"{min(pair_ratios):.3f}–{max(pair_ratios):.3f}; {pair_stats.redone} more measured again, the "
-        f"hypervisor having taken > {PAIR_STEAL_LIMIT:.0%} of the CPU) | **{stream_ratio:.3f}** "
-        f"({'met' if stream_ratio >= 0.97 else 'NOT met'}) | ≥ 0.97 |",
-        f"| the same from time accounting, immune to decode-speed noise: (llama_decode + the rest) per token, "
-        f"(d) ÷ (e) = ({pair_stats.decode_s * 1e3:.2f} + {pair_stats.infer_overhead_s * 1e3:.2f} ms) ÷ "
-        f"({pair_stats.decode_s * 1e3:.2f} + {pair_stats.stream_overhead_s * 1e3:.2f} ms); streaming adds "
-        f"{added * 1e3:.2f} ms per token | {accounted_ratio:.3f} | |",
-        f"| the guest's own time per token, fake engine (no decode): reading `infer-stream` (one `next()` per "
-        f"chunk) / calling `infer` | {stream_cost * 1e6:.0f} µs / {infer_cost * 1e6:.0f} µs | |",
-        f"| time to first chunk − prefill ({long_tokens}-token prompt, guest-measured, minus the engine's "
-        f"llama_decode time for it: {statistics.median(prefills) * 1000:.0f} ms), median | "
-        f"{ttfc_overhead * 1000:.1f} ms | ≤ 20 ms |",
-        f"| that prefill ÷ a bare llama.cpp prefill of the same prompt (single-sequence context, "
-        f"{statistics.median(bare_prefills) * 1000:.0f} ms), median | {prefill_ratio:.3f} | |",
+        "| model | measure | value | target |",
+        "| --- | --- | ---: | ---: |",
+        *(
+            row
+            for f in figures
+            for row in streaming_rows(
+                f, "" if f.model == MODEL else f", half as many as for {MODEL} to bound the run time"
+            )
+        ),
+        f"| none (fake engine) | the guest's own time per token, fake engine (no decode): reading `infer-stream` "
+        f"(one `next()` per chunk) / calling `infer` | {stream_cost * 1e6:.0f} µs / {infer_cost * 1e6:.0f} µs | |",
         "",
         "## Continuous generation (sequences)",
         "",
         "The numbered-list program of guest-examples/continuous (5 items, greedy), run by a guest on one `sequence`",
         "and, for comparison, re-sending the whole growing prompt to `infer` at each step. Both are greedy; in this "
-        f"run they wrote {'the same text' if same_text else PARTED}.",
+        "run they wrote " + (f"{PARTED}: {', '.join(parted)}." if parted else "the same text with each model."),
         "",
-        "| program | final length (tokens) | tokens evaluated | evaluated ÷ length | wall time |",
-        "| --- | ---: | ---: | ---: | ---: |",
-        f"| sequence | {seq_runs[0]['length']} | {seq_runs[0]['evaluated']} | "
-        f"{int(seq_runs[0]['evaluated']) / int(seq_runs[0]['length']):.3f} (target ≤ 1.05) | {seq_time:.2f} s |",  # type: ignore[call-overload]
-        f"| re-sending the prompt to `infer` | {infer_runs[0]['length']} | {infer_runs[0]['evaluated']} | "
-        f"{int(infer_runs[0]['evaluated']) / int(infer_runs[0]['length']):.3f} | {infer_time:.2f} s |",  # type: ignore[call-overload]
+        "| model | program | final length (tokens) | tokens evaluated | evaluated ÷ length | wall time |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+        *(row for f in figures for row in sequences_rows(f)),
         "",
-        f"Wall-time ratio, re-sending ÷ sequence: **{infer_time / seq_time:.2f}×**.",
+        "Wall-time ratio, re-sending ÷ sequence: "
+        + "; ".join(f"{f.model} **{list_seconds(f.infer_runs) / list_seconds(f.seq_runs):.2f}×**" for f in figures)
+        + ".",
         "",
         "## Continuous batching",
         "",
@@ -485,6 +588,10 @@ def main() -> int:
         "ratios). TTFT: time to the first chunk, from the request.",
         "",
         *batching_rows,
+        "",
+        "## Deterministic mode (bench/deterministic.py)",
+        "",
+        *deterministic_rows,
         "",
         "## Structured output",
         "",
@@ -513,6 +620,9 @@ def main() -> int:
         *scaleout_rows,
         "",
         "## Components",
+        "",
+        "Neither measure involves a model (the component makes no LLM call and no model is loaded), so they do not "
+        "depend on it.",
         "",
         "| measure | value | target |",
         "| --- | ---: | ---: |",

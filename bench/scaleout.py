@@ -3,7 +3,8 @@ server (through llmhost's openai backend) ÷ the official `openai` client callin
 prompt, greedy, same length. Single requests (median of ROUNDS interleaved rounds, guest-timed vs client-timed)
 and 8 concurrent (aggregate tok/s over the batch's wall time, median of CONCURRENT_ROUNDS).
 
-`run(...)` returns markdown rows for docs/benchmarks.md (bench/run.py); `python bench/scaleout.py` runs only this.
+`run(...)` returns markdown rows of one model for docs/benchmarks.md (bench/run.py, once per built-in model);
+`python bench/scaleout.py` runs only this, for each built-in model.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from llmhost.build.compile import build_component
 from llmhost.config import ModelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-REMOTE = "gemma-remote"
 PROMPT = "Once upon a time, there was a dragon who"
 TOKENS = 64
 ROUNDS = 5
@@ -33,7 +33,7 @@ CONCURRENT = 8
 CONCURRENT_ROUNDS = 2
 
 
-def start_server(model_path: Path, threads: int) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(model_path: Path, alias: str, threads: int) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
@@ -46,7 +46,7 @@ def start_server(model_path: Path, threads: int) -> tuple[subprocess.Popen[bytes
         "--n_threads",
         str(threads),
         "--model_alias",
-        "gemma",
+        alias,
         "--interrupt_requests",
         "false",
     ]
@@ -62,11 +62,11 @@ def start_server(model_path: Path, threads: int) -> tuple[subprocess.Popen[bytes
     raise RuntimeError("llama_cpp.server did not start")
 
 
-def _direct(client: Any) -> tuple[int, float]:
+def _direct(client: Any, alias: str) -> tuple[int, float]:
     started = time.perf_counter()
     # The same request body the backend sends for the guest's greedy params (bench/guest: top-k 0, penalty 1).
     result = client.completions.create(
-        model="gemma",
+        model=alias,
         prompt=PROMPT,
         max_tokens=TOKENS,
         temperature=0.0,
@@ -76,12 +76,12 @@ def _direct(client: Any) -> tuple[int, float]:
     return int(result.usage.completion_tokens), time.perf_counter() - started
 
 
-def _direct_streamed(client: Any) -> tuple[int, float]:
+def _direct_streamed(client: Any, alias: str) -> tuple[int, float]:
     """The same request streamed, as the backend sends it (llama-cpp-python's server costs more per token when
     streaming: one SSE event per token through its thread pool)."""
     started = time.perf_counter()
     stream = client.completions.create(
-        model="gemma",
+        model=alias,
         prompt=PROMPT,
         max_tokens=TOKENS,
         temperature=0.0,
@@ -94,27 +94,29 @@ def _direct_streamed(client: Any) -> tuple[int, float]:
     return chunks, time.perf_counter() - started
 
 
-def run(cache_dir: Path, model_path: Path, threads: int = 2) -> list[str]:
+def run(cache_dir: Path, model_path: Path, model: str, threads: int = 2) -> list[str]:
+    """The remote backend against `model`'s GGUF (`model_path`) served by llama-cpp-python."""
     from openai import OpenAI
 
-    proc, url = start_server(model_path, threads)
+    remote_name = f"{model}-remote"  # the host's name for it; the server's is `model`
+    proc, url = start_server(model_path, model, threads)
     try:
         wasm = cache_dir / "bench" / "bench-guest.wasm"
         build_component(ROOT / "bench" / "guest", wasm, cache_dir=cache_dir)
         remote = ModelConfig(
             backend="openai",
             base_urls=(url,),
-            remote_model="gemma",
+            remote_model=model,
             server="llama-cpp-python",
             path=model_path,
             slots=8,
         )
         client = OpenAI(base_url=url, api_key="none", max_retries=0)
-        with Host(HostConfig(models={REMOTE: remote}, cache_dir=cache_dir)) as host:
+        with Host(HostConfig(models={remote_name: remote}, cache_dir=cache_dir)) as host:
             app = host.load(wasm)
 
             def guest() -> tuple[int, float]:
-                done = app.run_captured(["infer", REMOTE, str(TOKENS), PROMPT])
+                done = app.run_captured(["infer", remote_name, str(TOKENS), PROMPT])
                 report = json.loads(done.stdout.decode().strip().splitlines()[-1])
                 return int(report["generated"]), float(report["seconds"])
 
@@ -124,13 +126,15 @@ def run(cache_dir: Path, model_path: Path, threads: int = 2) -> list[str]:
                     counts = list(pool.map(lambda _: one()[0], range(CONCURRENT)))
                 return sum(counts) / (time.perf_counter() - started)
 
-            guest(), _direct(client)  # warm up: compile, the vocabulary, the server's first request
-            via_guest, direct, streamed = [], [], []
+            guest(), _direct(client, model)  # warm up: compile, the vocabulary, the server's first request
+            via_guest: list[float] = []
+            direct: list[float] = []
+            streamed: list[float] = []
             for i in range(ROUNDS):  # interleaved, the order alternating
                 order = [
                     (via_guest, guest),
-                    (direct, lambda: _direct(client)),
-                    (streamed, lambda: _direct_streamed(client)),
+                    (direct, lambda: _direct(client, model)),
+                    (streamed, lambda: _direct_streamed(client, model)),
                 ]
                 for rates, one in order if i % 2 == 0 else order[::-1]:
                     n, seconds = one()
@@ -138,7 +142,7 @@ def run(cache_dir: Path, model_path: Path, threads: int = 2) -> list[str]:
             many_guest, many_direct = [], []
             for _ in range(CONCURRENT_ROUNDS):
                 many_guest.append(concurrent(guest))
-                many_direct.append(concurrent(lambda: _direct(client)))
+                many_direct.append(concurrent(lambda: _direct(client, model)))
     finally:
         proc.terminate()
         proc.wait(30)
@@ -166,11 +170,14 @@ def run(cache_dir: Path, model_path: Path, threads: int = 2) -> list[str]:
 def main() -> int:
     import os
 
-    from llmhost.engine.local.models import default_model_path
+    from llmhost.domain.limits import BUILTIN_MODELS, DEFAULT_MODEL
+    from llmhost.engine.local.models import default_model_path, smollm2_path
 
     cache = Path(os.environ.get("LLMHOST_CACHE_DIR") or Path(tempfile.gettempdir()) / "llmhost-bench")
-    rows = run(cache, default_model_path(cache), int(os.environ.get("LLMHOST_BENCH_THREADS", "2")))
-    print("\n".join(rows))
+    threads = int(os.environ.get("LLMHOST_BENCH_THREADS", "2"))
+    for model in BUILTIN_MODELS:
+        path = default_model_path(cache) if model == DEFAULT_MODEL else smollm2_path(cache)
+        print("\n".join([f"### {model}", "", *run(cache, path, model, threads), ""]))
     return 0
 
 

@@ -52,7 +52,7 @@ def run(config: HostConfig, model: str, threads: int, n_gpu_layers: int, rounds:
         }
     )
     with Host(cfg) as host:
-        engine_model: Any = host.engine.model(model)  # type: ignore[attr-defined]
+        engine_model: Any = host.engine.model(model)
         decodes = [0]
         original = engine_model._decode
 
@@ -75,13 +75,13 @@ def run(config: HostConfig, model: str, threads: int, n_gpu_layers: int, rounds:
         rows.update(score_d=[], append_d=[])
         for _ in range(rounds + 1):  # the first round warms up
             fork = seq.fork()
-            seconds, count, inside = measure(lambda f=fork: f.generate(greedy))  # type: ignore[misc]
+            seconds, count, inside = measure(lambda f=fork: f.generate(greedy))
             rows["greedy"].append(seconds / max(1, count))
             rows["greedy_d"].append(inside / max(1, count))
             fork.close()
             beams: list[Any] = []
             seconds, count, inside = measure(
-                lambda b=beams: b.extend(seq.beam_search(BeamParams(width=WIDTH, max_tokens=STEPS)))  # type: ignore[misc]
+                lambda b=beams: b.extend(seq.beam_search(BeamParams(width=WIDTH, max_tokens=STEPS)))
             )
             rows["beam"].append(seconds / max(1, count))
             rows["beam_d"].append(inside / max(1, count))

@@ -120,7 +120,9 @@ def serve_section(cache_dir: Path | None = None) -> list[str]:
         HEADING,
         "",
         f'`llmhost serve` (fake engine, h11) with a handler that answers "ok" without the LLM; keep-alive clients '
-        f"on threads of the same {os.cpu_count()}-core machine, loopback; every request gets a fresh instance.",
+        f"on threads of the same {os.cpu_count()}-core machine, loopback; every request gets a fresh instance. "
+        "No model is involved, so these figures do not depend on it (each model's generation through `llmhost "
+        "serve` is the last column of Continuous batching).",
         "",
         "| concurrency | requests | requests/s | p50 ms | p95 ms |",
         "| ---: | ---: | ---: | ---: | ---: |",

@@ -6,6 +6,8 @@
 - 8 concurrent streams, half of them constrained: aggregate tok/s ÷ 8 unconstrained streams.
 - Time to the first token with a schema never seen before (grammar compilation) and with the same schema again
   (served from the compiled-grammar cache).
+
+`run` measures one model (bench/run.py calls it for each built-in model, each in a fresh process).
 """
 
 from __future__ import annotations
@@ -103,12 +105,14 @@ def run(config: HostConfig, model_path: Path, model: str, threads: int, n_gpu_la
     )
     with Host(cfg) as host:
         host.infer(model, "warm up", InferencingParams(max_tokens=4))
+        vocab = host.model_info(model).vocab_size
         # The model's first constrained request also builds llguidance's view of the vocabulary (once per model).
         very_first = _first_token_s(host, model, FREE.model_copy(update={"constraint": _new_schema(99)}))
         fresh = [_first_token_s(host, model, FREE.model_copy(update={"constraint": _new_schema(i)})) for i in range(3)]
         cached = [_first_token_s(host, model, CONSTRAINED) for _ in range(4)][1:]
         free_first = [_first_token_s(host, model, FREE) for _ in range(3)]
-        constrained, free = [], []
+        constrained: list[float] = []
+        free: list[float] = []
         for i in range(ROUNDS):  # interleaved, the order alternating
             order = (
                 [(constrained, CONSTRAINED), (free, FREE)] if i % 2 == 0 else [(free, FREE), (constrained, CONSTRAINED)]
@@ -137,7 +141,7 @@ def run(config: HostConfig, model_path: Path, model: str, threads: int, n_gpu_la
         f"({statistics.median(batch_mixed):.1f} ÷ {statistics.median(batch_free):.1f}) | **{batch_ratio:.3f}** "
         f"({'met' if batch_ratio >= 0.85 else 'NOT met'}) | ≥ 0.85 |",
         f"| time to first token of the model's first constrained request (also builds llguidance's tokenizer "
-        f"for the 262k-token vocabulary, once per model) | {very_first * 1000:.0f} ms | |",
+        f"for the {vocab // 1000}k-token vocabulary, once per model) | {very_first * 1000:.0f} ms | |",
         f"| time to first token, a schema never seen (compiled now), median of 3 | "
         f"{statistics.median(fresh) * 1000:.0f} ms | |",
         f"| time to first token, the same schema again (compiled-grammar cache) | "
