@@ -7,6 +7,7 @@ build: nothing here is a recorded text."""
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,9 @@ from typing import Any
 
 import pytest
 
+from llmhost.config import ModelConfig
+from llmhost.engine.local.llama_decoder import LlamaDecoder
+from llmhost.engine.local.models import resolve_model_path
 from serve_driver import Server, serving
 
 from .conftest import MODELS
@@ -169,3 +173,39 @@ def test_seeded_completions_repeat_exactly_cold_warm_loaded_and_after_churn(clie
         for i, run in zip(batch, in_parallel([lambda i=i: after_half(i) for i in batch]), strict=True):
             assert run == cold[i], f"after churn: {PROMPTS[i]!r}"
     assert choices(client, model, n_prompt, 77) == cold_choices, "n choices after churn"
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_calls_of_up_to_invariant_rows_compute_each_row_bit_for_bit_as_alone(
+    model: str, llmhost_cache_dir: Path
+) -> None:
+    """What deterministic mode's batching rests on (planning.decode_calls), on the real kernels: one-token rows of
+    sequences of very different lengths (so the KV spans in a call differ), as many per call as the decoder's
+    `invariant_rows` allows (7 for Gemma's K-quant weights; any number for SmolLM2's Q4_1 and Q8_0) and with slots
+    in ascending order (llama.cpp then keeps them in one micro-batch), give exactly the logits each row gives
+    alone."""
+    config = ModelConfig(slots=8, context_length=1024, deterministic=True)
+    decoder = LlamaDecoder(model, config, resolve_model_path(model, config, llmhost_cache_dir))
+    try:
+        assert decoder.invariant_rows == {"gemma-3-270m": 7, "smollm2-135m": decoder.n_batch}[model]
+        rng = random.Random(5)
+        first = decoder.tokenize("x", True)[:1]
+        prompts = [first + [rng.randrange(100, 5000) for _ in range(n)] for n in (5, 40, 200, 300, 17, 600, 90, 260)]
+        alone = {}
+        for slot, prompt in enumerate(prompts):
+            for start in range(0, len(prompt) - 1, 32):
+                row = prompt[start : min(start + 32, len(prompt) - 1)]
+                assert decoder.decode([(slot, start, row)], set()) == 0
+            assert decoder.decode([(slot, len(prompt) - 1, prompt[-1:])], {0}) == 0
+            alone[slot] = decoder.logits(0).copy()
+        most = min(decoder.invariant_rows, len(prompts))
+        for count in [most, most, *(rng.randint(2, most) for _ in range(6))]:
+            slots = sorted(rng.sample(range(len(prompts)), count))
+            for slot in slots:
+                decoder.seq_rm(slot, len(prompts[slot]) - 1)
+            rows = [(slot, len(prompts[slot]) - 1, prompts[slot][-1:]) for slot in slots]
+            assert decoder.decode(rows, set(range(len(rows)))) == 0
+            for index, slot in enumerate(slots):
+                assert (decoder.logits(index) == alone[slot]).all(), f"slot {slot} in a call of {len(rows)} rows"
+    finally:
+        decoder.close()

@@ -3,6 +3,7 @@ with `rounding`, which makes logits depend on row shapes the way llama.cpp's ker
 
 from __future__ import annotations
 
+import random
 import threading
 from pathlib import Path
 
@@ -68,15 +69,26 @@ def test_deterministic_plans_cut_prompts_at_aligned_boundaries_and_never_starve_
     assert sum(p.count for p in prompts[1:]) + sum(p.count for p in planned if by_key[p.key].pending == 1) <= budget
 
 
-@given(st.lists(st.integers(1, 40), max_size=12), st.booleans())
-def test_decode_calls_isolate_multi_token_rows(counts: list[int], isolate: bool) -> None:
-    calls = decode_calls(counts, isolate)
+@given(st.lists(st.integers(1, 40), max_size=20), st.randoms(), st.sampled_from([None, 1, 2, 7]))
+def test_decode_calls_keep_calls_small_enough_to_round_each_row_as_alone(
+    counts: list[int], rng: random.Random, group: int | None
+) -> None:
+    slots = rng.sample(range(len(counts)), len(counts))  # each row's sequence slot, in any order
+    calls = decode_calls(list(zip(slots, counts, strict=True)), group)
     assert sorted(i for call in calls for i in call) == list(range(len(counts)))
-    if isolate:
-        for call in calls:
-            assert len(call) == 1 or all(counts[i] == 1 for i in call)
-    else:
-        assert len(calls) == (1 if counts else 0)
+    if group is None:
+        assert calls == ([list(range(len(counts)))] if counts else [])
+        return
+    singles = [call for call in calls if all(counts[i] == 1 for i in call)]
+    assert all(len(call) == 1 for call in calls if call not in singles)  # a longer row is always alone
+    assert all(len(call) <= group for call in singles)
+    n = counts.count(1)
+    # as few calls as the bound allows, as even as can be (brute force: the ceiling, sizes within one)
+    assert len(singles) == -(-n // group)
+    if singles:
+        assert max(map(len, singles)) - min(map(len, singles)) <= 1
+    # by ascending slot, across calls too (llama.cpp puts consecutive slots in one micro-batch)
+    assert [slots[i] for call in singles for i in call] == sorted(slots[i] for i, c in enumerate(counts) if c == 1)
 
 
 @given(st.lists(st.tuples(st.integers(0, 80), st.integers(1, 40)), max_size=15), st.sampled_from([4, 8, 16]))
@@ -123,13 +135,17 @@ def run(eng: LlamaCppEngine, prompt: str) -> str:
 
 
 def concurrently(eng: LlamaCppEngine, prompt: str) -> str:
-    """`prompt` started between other requests still in their prompts and others decoding."""
+    """`prompt` started between other requests still in their prompts and others decoding, every stream read
+    at once (by threads), so their one-token rows meet in the same steps."""
     streams = [eng.stream(MODEL, other, SEEDED) for other in OTHERS[:2]]
     mine = eng.stream(MODEL, prompt, SEEDED)
     streams.append(eng.stream(MODEL, OTHERS[2], SEEDED))
+    readers = [threading.Thread(target=list, args=(s,)) for s in streams]
+    for r in readers:
+        r.start()
     text = "".join(e.text for e in mine if isinstance(e, StreamChunk))
-    for s in streams:
-        list(s)
+    for r in readers:
+        r.join()
     return text
 
 

@@ -39,6 +39,9 @@ class Decoder(Protocol):
     n_ctx: int  # the window of one sequence
     n_batch: int  # rows per decode
     n_slots: int
+    # The most tokens one decode call may hold for its kernels to compute every row exactly as they would the row
+    # alone (deterministic mode groups one-token rows in calls of at most this many; 1: every row alone).
+    invariant_rows: int
 
     # -- vocabulary -------------------------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool) -> list[int]: ...

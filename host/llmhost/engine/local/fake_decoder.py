@@ -7,9 +7,10 @@ from a slot whose cells do not match the sequence, changes the logits (and a gre
 `violations`. Tokens are bytes (id = byte + 3; 1 = beginning of sequence, 2 = end of generation), as in the fake
 engine.
 
-`rounding=True` also imitates llama.cpp's kernels, whose rounding depends on the shape of the micro-batch: each
-cell remembers the shape of the row that evaluated it (its length, and whether a multi-token row shared its call
-with other rows), and the logits move with those shapes. Deterministic mode must give the same text anyway.
+`rounding=True` also imitates llama.cpp's kernels, whose rounding depends on the shape of the batch: each cell
+remembers the shape of the row that evaluated it (its length, and whether its call held `tiled_at` tokens or more,
+where llama.cpp's CPU backend takes another kernel), and the logits move with those shapes. Deterministic mode must
+give the same text anyway.
 """
 
 from __future__ import annotations
@@ -53,7 +54,13 @@ class FakeSampler:
 
 class FakeDecoder:
     def __init__(
-        self, n_ctx: int = 64, n_batch: int = 16, n_slots: int = 4, eog_bias: float = -2.0, rounding: bool = False
+        self,
+        n_ctx: int = 64,
+        n_batch: int = 16,
+        n_slots: int = 4,
+        eog_bias: float = -2.0,
+        rounding: bool = False,
+        tiled_at: int = 3,
     ) -> None:
         self.n_vocab = 256 + BYTE_OFFSET
         self.n_ctx = n_ctx
@@ -61,7 +68,9 @@ class FakeDecoder:
         self.n_slots = n_slots
         self.cells: dict[int, list[int]] = {slot: [] for slot in range(n_slots)}
         self.rounding = rounding
-        self.shapes: dict[int, list[list[int]]] = {slot: [] for slot in range(n_slots)}  # per cell: [length, shared]
+        self.tiled_at = tiled_at
+        self.invariant_rows = tiled_at - 1
+        self.shapes: dict[int, list[list[int]]] = {slot: [] for slot in range(n_slots)}  # per cell: [row length, tiled]
         self.calls: list[list[int]] = []  # the row lengths of each decode call
         self.violations: list[str] = []
         self.decodes = 0
@@ -109,6 +118,7 @@ class FakeDecoder:
             return 1  # no room in the (unified) cache
         self.decodes += 1
         self.calls.append([len(tokens) for _, _, tokens in rows])
+        total = sum(self.calls[-1])
         self._kept = {}
         index = 0
         for slot, start, tokens in rows:
@@ -116,7 +126,7 @@ class FakeDecoder:
             if start != len(cells):
                 self.violations.append(f"slot {slot}: token at position {start} but {len(cells)} cells held")
                 del cells[start:], shapes[start:]
-            shape = [len(tokens), int(len(tokens) > 1 and len(rows) > 1)]
+            shape = [len(tokens), int(total >= self.tiled_at)]
             for token in tokens:
                 cells.append(token)
                 shapes.append(shape)

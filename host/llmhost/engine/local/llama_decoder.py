@@ -21,6 +21,7 @@ from llmhost.domain.errors import EngineError, InvalidInput
 from llmhost.domain.limits import MAX_BYTES_PER_TOKEN
 from llmhost.domain.types import EmbeddingsResult, InferencingParams, check_text_length
 from llmhost.engine.local.decoder import BatchRow
+from llmhost.engine.local.gguf import matrix_types
 
 if TYPE_CHECKING:
     from llmhost.engine.chat_template import TemplateInfo
@@ -33,6 +34,13 @@ _log_callback: Any = None  # kept referenced: llama.cpp holds a raw pointer to i
 _backend_lock = threading.Lock()
 # llama_vocab_type values whose tokens are pieces of the input text: SPM 1, BPE 2, RWKV 5.
 _TEXT_PIECE_VOCABS = (1, 2, 5)
+# Which weight types' matrix products give a row the same bits however many rows the micro-batch holds, on
+# ggml's CPU backend (deterministic mode batches rows by this, `rows_alike`). Q4_0, Q4_1, Q5_0 and Q8_0: at any
+# number of rows (checked bit for bit, 1 to 64 rows). K-quants and i-quants: up to 7 rows; from 8 rows on they
+# take a tiled kernel (ggml-cpu/tiled, `ggml_tiled_min_batch`) that rounds otherwise than the one-row kernel.
+_ROW_EXACT_TYPES = frozenset({2, 3, 6, 8})  # enum ggml_type
+_TILED_TYPES = frozenset({10, 11, 12, 13, 14, 16, 17, 18, 19, 21, 22, 23, 29})
+_CPU_TILED_MIN_ROWS = 8
 _GGML_LOG_ERROR = 4  # ggml_log_level in this llama.cpp: none 0, debug 1, info 2, warn 3, error 4, cont 5
 
 
@@ -47,6 +55,19 @@ def _install_log_callback(llama_cpp: Any) -> None:
 
     _log_callback = llama_cpp.llama_log_callback(forward)
     llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+
+
+def rows_alike(matrix_types: set[int], n_batch: int, offloaded: bool) -> int:
+    """The most tokens a decode call may hold for every row in it to get the bits it gets alone, given the
+    model's matrix weight types (gguf.matrix_types). 1 where that was not measured: other weight types (F16's
+    one-row and many-row kernels differ), and layers offloaded to a GPU, whose kernels are chosen by batch size."""
+    if offloaded:
+        return 1
+    if matrix_types <= _ROW_EXACT_TYPES:
+        return n_batch
+    if matrix_types <= _ROW_EXACT_TYPES | _TILED_TYPES:
+        return _CPU_TILED_MIN_ROWS - 1
+    return 1
 
 
 def llama_lib() -> Any:
@@ -192,6 +213,10 @@ class LlamaDecoder(LlamaVocabCalls):
         self.n_ctx = config.context_length
         self.n_batch = min(config.batch_size, self.n_ctx)
         self.n_slots = config.slots
+        # Deterministic mode's bound on one-token rows per call (the default mode does not use it).
+        self.invariant_rows = 1
+        if config.deterministic:
+            self.invariant_rows = rows_alike(matrix_types(path), self.n_batch, config.n_gpu_layers != 0)
         cparams = lib.llama_context_default_params()
         cparams.n_ctx = self.n_ctx * config.slots
         cparams.n_batch = self.n_batch
@@ -202,9 +227,9 @@ class LlamaDecoder(LlamaVocabCalls):
         self.unified = not config.deterministic
         cparams.kv_unified = self.unified
         if config.deterministic:
-            import os
-
-            cparams.flash_attn_type = int(os.environ.get("LLMHOST_DET_FA", "-1"))  # EXPERIMENT
+            # Flash attention's CPU kernels split the KV span among threads by its length, which other streams
+            # in the micro-batch set; without it, a row's sums run over its own cells in index order.
+            cparams.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
         cparams.n_threads = config.threads
         cparams.n_threads_batch = config.threads
         cparams.no_perf = True

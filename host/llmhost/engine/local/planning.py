@@ -8,8 +8,8 @@ Deterministic mode (`chunk` set) adds three rules, so a token's KV state and log
 runs (llama.cpp's kernels round by the shape of the micro-batch a row falls in):
 - a prompt row ends at the next multiple of `chunk` positions (or the prompt's end), never anywhere the budget
   happens to cut it: the same prompt is cut the same way whatever it is batched with;
-- every multi-token row is decoded in a call of its own (`decode_calls`), so llama.cpp never splits it into
-  micro-batches shaped by other sequences; one-token rows share one call;
+- every multi-token row is decoded in a call of its own (`decode_calls`), so its matrix products have the same
+  shape whatever else runs; one-token rows share calls of at most the decoder's `invariant_rows`;
 - a cached prefix is reused only up to a multiple of `chunk` that its holder evaluated as whole chunks
   (`reusable_prefix`, `aligned_after`): the rest of the prompt is then cut exactly as on its first run;
 - an append evaluates at once only the rows before the last one (`eager_target`), so a sequence's rows are the
@@ -77,14 +77,20 @@ def plan_step(jobs: Sequence[Pending], budget: int, chunk: int | None = None) ->
     return planned
 
 
-def decode_calls(counts: Sequence[int], isolate: bool) -> list[list[int]]:
-    """The llama_decode calls for a step's rows (given by their token counts, in order), as lists of row
-    indices: one call for all, or (`isolate`, deterministic mode) the one-token rows together and each longer
-    row alone."""
-    if not isolate:
-        return [list(range(len(counts)))] if counts else []
-    singles = [i for i, n in enumerate(counts) if n == 1]
-    return ([singles] if singles else []) + [[i] for i, n in enumerate(counts) if n > 1]
+def decode_calls(rows: Sequence[tuple[int, int]], group: int | None) -> list[list[int]]:
+    """The llama_decode calls for a step's rows, given as (slot, token count) in order, as lists of row indices:
+    one call for all, or (deterministic mode) each multi-token row in a call of its own and the one-token rows in
+    calls of at most `group` rows, as even as can be, by ascending slot. `group` is the decoder's
+    `invariant_rows`: up to that many tokens in a call, its kernels compute each row as they would alone.
+
+    By slot, because with a KV stream per slot llama.cpp puts only consecutive slots (in batch order) in one
+    micro-batch: rows in any other order cost a graph computation each."""
+    if group is None:
+        return [list(range(len(rows)))] if rows else []
+    singles = sorted((i for i, (_, count) in enumerate(rows) if count == 1), key=lambda i: rows[i][0])
+    calls = -(-len(singles) // group)  # ceiling
+    grouped = [singles[k * len(singles) // calls : (k + 1) * len(singles) // calls] for k in range(calls)]
+    return grouped + [[i] for i, (_, count) in enumerate(rows) if count > 1]
 
 
 def aligned_after(aligned: int, start: int, count: int, chunk: int) -> int:

@@ -294,6 +294,12 @@ class Row:
     tokens: list[int]
     sample_at: int | None  # the batch row whose logits this job samples from, if any
 
+    @property
+    def slot(self) -> int:
+        slot = self.job.state.slot
+        assert slot is not None, "a planned row's sequence is attached"
+        return slot
+
 
 class Scheduler:
     """The model's decode steps, run by waiting readers or by a background thread (started on first use).
@@ -538,7 +544,8 @@ class Scheduler:
         decoded = 0
         # One call, or in deterministic mode several (planning.decode_calls); each call's rows are sampled before
         # the next call replaces the logits.
-        for call in decode_calls([len(row.tokens) for row in rows], self.model.chunk is not None):
+        group = self.model.decoder.invariant_rows if self.model.chunk is not None else None
+        for call in decode_calls([(row.slot, len(row.tokens)) for row in rows], group):
             decoded += self._decode_and_sample([rows[i] for i in call])
         self.steps += 1
         return admitted or bool(decoded)
