@@ -227,8 +227,9 @@ class LlamaDecoder(LlamaVocabCalls):
         self.unified = not config.deterministic
         cparams.kv_unified = self.unified
         if config.deterministic:
-            # Flash attention's CPU kernels split the KV span among threads by its length, which other streams
-            # in the micro-batch set; without it, a row's sums run over its own cells in index order.
+            # Flash attention on CPU splits a lone one-token row's KV span among threads (once it spans 512
+            # cells) but runs a row batched with others over its cells in one pass: they round differently.
+            # Without it, a row's sums run over its own cells in index order either way.
             cparams.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
         cparams.n_threads = config.threads
         cparams.n_threads_batch = config.threads
