@@ -90,6 +90,29 @@ def draw(markdown: str, out_dir: Path) -> list[str]:
         figure, axes = plt.subplots(1, count, figsize=(width * count, height), squeeze=False)
         return figure, list(axes[0])
 
+    def against_streams(
+        tables: dict[str, list[dict[str, str]]],
+        lines: tuple[tuple[str, str, str], ...],
+        ylabel: str,
+        titles: tuple[str, str],
+        key: str,
+    ) -> None:
+        """One panel per model: the `lines` (column, label, style) against the `streams` column; `titles`: the
+        title after a model's name, and the title where the table names no model."""
+        figure, all_axes = panels(len(tables), 6, 4)
+        for axes, (model, rows) in zip(all_axes, tables.items(), strict=True):
+            streams = [number(row["streams"]) for row in rows]
+            for column, label, style in lines:
+                if column in rows[0]:
+                    axes.plot(streams, [number(row[column]) for row in rows], style, label=label)
+            axes.set_xlabel("concurrent streams")
+            axes.set_ylabel(ylabel)
+            axes.set_xticks(streams)
+            axes.set_ylim(bottom=0)
+            axes.set_title(f"{model}: {titles[0]}" if model else titles[1])
+            axes.legend()
+        save(figure, key)
+
     decode = tables_by_model(markdown, "Decode throughput")
     if decode:
         # One bar per model for each variant, grouped; the variants in the first model's order.
@@ -114,36 +137,24 @@ def draw(markdown: str, out_dir: Path) -> list[str]:
 
     batching = tables_by_model(markdown, "Continuous batching")
     if batching:
-        figure, all_axes = panels(len(batching), 6, 4)
-        for axes, (model, rows) in zip(all_axes, batching.items(), strict=True):
-            streams = [number(row["streams"]) for row in rows]
-            for column, label, style in (
+        against_streams(
+            batching,
+            (
                 ("llmhost tok/s", "llmhost (engine)", "o-"),
                 ("bare batched loop tok/s", "bare batched llama.cpp loop", "s--"),
                 ("serialized tok/s", "serialized (one at a time)", "^:"),
-            ):
-                if column in rows[0]:
-                    axes.plot(streams, [number(row[column]) for row in rows], style, label=label)
-            axes.set_xlabel("concurrent streams")
-            axes.set_ylabel("aggregate tokens/s")
-            axes.set_xticks(streams)
-            axes.set_ylim(bottom=0)
-            axes.set_title(f"{model}: throughput against streams" if model else "Throughput against concurrent streams")
-            axes.legend()
-        save(figure, "streams")
-
-        figure, all_axes = panels(len(batching), 6, 4)
-        for axes, (model, rows) in zip(all_axes, batching.items(), strict=True):
-            streams = [number(row["streams"]) for row in rows]
-            for column, style in (("TTFT p50", "o-"), ("TTFT p95", "s--")):
-                axes.plot(streams, [number(row[column]) for row in rows], style, label=column)
-            axes.set_xlabel("concurrent streams")
-            axes.set_ylabel("time to first token (ms)")
-            axes.set_xticks(streams)
-            axes.set_ylim(bottom=0)
-            axes.set_title(f"{model}: time to first token" if model else "Time to first token against streams")
-            axes.legend()
-        save(figure, "ttft")
+            ),
+            "aggregate tokens/s",
+            ("throughput against streams", "Throughput against concurrent streams"),
+            "streams",
+        )
+        against_streams(
+            batching,
+            (("TTFT p50", "TTFT p50", "o-"), ("TTFT p95", "TTFT p95", "s--")),
+            "time to first token (ms)",
+            ("time to first token", "Time to first token against streams"),
+            "ttft",
+        )
 
     structured: dict[str, list[tuple[str, float, float]]] = {}
     for model, rows in tables_by_model(markdown, "Structured output").items():
