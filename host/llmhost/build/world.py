@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+import threading
 import tomllib
 from pathlib import Path
 
@@ -16,10 +17,18 @@ from llmhost.build.errors import BuildError
 
 WORLDS = ("command", "http-app")
 APP_FILE = "app.py"
+# CPython 3.11's ast.parse keeps its recursion depth in interpreter-wide state: two threads parsing at once (guests
+# built in parallel) can fail with "SystemError: AST constructor recursion depth mismatch". One parse at a time.
+_PARSE_LOCK = threading.Lock()
 
 
 def _error(message: str) -> Exception:
     return BuildError(message)
+
+
+def parse(source: str, filename: str) -> ast.Module:
+    with _PARSE_LOCK:
+        return ast.parse(source, filename=filename)
 
 
 def check_sources(app_dir: Path) -> None:
@@ -28,7 +37,7 @@ def check_sources(app_dir: Path) -> None:
         if any(part.startswith(".") or part == "__pycache__" for part in path.relative_to(app_dir).parts):
             continue
         try:
-            ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            parse(path.read_text(encoding="utf-8"), str(path))
         except SyntaxError as error:
             where = f"{path}:{error.lineno}" + (f":{error.offset}" if error.offset else "")
             line = (error.text or "").strip()
@@ -61,7 +70,7 @@ def declared_world(app_dir: Path) -> str | None:
 
 def defined_world(app_dir: Path) -> str | None:
     """The world `app.py`'s classes implement, read from its syntax tree (None: it defines neither)."""
-    tree = ast.parse((app_dir / APP_FILE).read_text(encoding="utf-8"))
+    tree = parse((app_dir / APP_FILE).read_text(encoding="utf-8"), str(app_dir / APP_FILE))
     found = set()
     for node in tree.body:
         if not isinstance(node, ast.ClassDef):
