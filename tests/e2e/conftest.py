@@ -19,6 +19,9 @@ SMALL_CONTEXT = 64
 CACHED = "gemma-prefix-cache"  # the same weights with the prompt-prefix cache on
 SMOL = "smollm2-135m"  # the second built-in model (49k vocabulary, ChatML template in its GGUF)
 MODELS = (MODEL, SMOL)  # suites that test model behaviour run on both
+# Each built-in model's end-of-generation tokens (vocabulary facts): a request that forbids them (logit bias -100)
+# runs to its token budget.
+END_TOKENS = {MODEL: (1, 106, 212), SMOL: (0, 2, 4)}
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from llmhost.engine.local.llama_decoder import LlamaDecoder
 from llmhost.engine.local.models import resolve_model_path
 from serve_driver import Server, serving
 
-from .conftest import MODELS
+from .conftest import END_TOKENS, MODELS
 
 pytestmark = [pytest.mark.model, pytest.mark.wasm]
 
@@ -48,8 +48,6 @@ PROMPTS = [
     f"{i + 1}. Write about {subject}." + " Use plain words and vivid detail, one idea per sentence." * (i % 4)
     for i, subject in enumerate(SUBJECTS)
 ]
-# Each model's end-of-generation tokens (vocabulary facts), forbidden so that every completion runs 48 tokens.
-NO_END = {"gemma-3-270m": (1, 106, 212), "smollm2-135m": (0, 2, 4)}
 OTHER_TRAFFIC = [f"Unrelated request {i}: list some facts about the number {i * 7}." for i in range(8)]
 
 
@@ -84,7 +82,7 @@ def client(server: Server) -> Any:
 
 
 def no_end(model: str) -> dict[str, int]:
-    return {str(t): -100 for t in NO_END[model]}
+    return {str(t): -100 for t in END_TOKENS[model]}  # so that every completion runs its 48 tokens
 
 
 Run = tuple[tuple[str, ...], tuple[float, ...]]  # the tokens and their log-probabilities

@@ -15,6 +15,8 @@ from pydantic import BaseModel
 
 from serve_driver import Server, serving
 
+from .conftest import END_TOKENS
+
 pytestmark = [pytest.mark.model, pytest.mark.wasm]
 
 MODEL = "gemma-3-270m"
@@ -368,6 +370,7 @@ def test_a_stream_at_its_cap_ends_with_a_finish_reason_and_done(server: Server) 
         messages=[{"role": "user", "content": "Write a very long story about a dragon."}],
         max_tokens=4000,
         temperature=0.7,
+        logit_bias={str(t): -100 for t in END_TOKENS[MODEL]},  # an unseeded sample must not end before the cap
         stream=True,
     )
     chunks = list(stream)  # the client would raise on a cut stream or an error event
@@ -407,7 +410,14 @@ def test_a_non_streamed_overrun_is_a_json_error(server: Server) -> None:
     status, data = post(
         server,
         "/short/v1/completions",
-        {"model": MODEL, "prompt": "Write a very long story:", "max_tokens": 4000, "temperature": 0.7},
+        # the end-of-generation tokens forbidden: an unseeded sample that ends early would answer 200 in time
+        {
+            "model": MODEL,
+            "prompt": "Write a very long story:",
+            "max_tokens": 4000,
+            "temperature": 0.7,
+            "logit_bias": {str(t): -100 for t in END_TOKENS[MODEL]},
+        },
     )
     assert status == 504, data
     assert data["error"]["code"] == "timeout"
