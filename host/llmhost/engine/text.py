@@ -22,7 +22,15 @@ class Utf8Assembler:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def push(self, piece: bytes) -> str:
-        return self._decoder.decode(piece)
+        text = self._decoder.decode(piece)
+        held = self._decoder.getstate()[0]
+        if held and not _completable(held):
+            # Python's incremental decoder also holds a lead byte followed by a second byte it cannot take
+            # (b"\xed\xa0", a surrogate's start): no later byte can make these a character, so they are U+FFFD
+            # now, as a whole-text decode makes them.
+            self._decoder.reset()
+            text += held.decode("utf-8", "replace")
+        return text
 
     def pending(self) -> bool:
         """True while an incomplete character is held back."""
@@ -32,6 +40,20 @@ class Utf8Assembler:
         """End of input: drop the bytes of an incomplete last character (there is nothing to release)."""
         self._decoder.reset()
         return ""
+
+
+# The second byte each lead byte allows where it is not 80-BF (UTF-8 has no overlong forms, surrogates or code
+# points over U+10FFFF).
+_SECOND_BYTE = {0xE0: (0xA0, 0xBF), 0xED: (0x80, 0x9F), 0xF0: (0x90, 0xBF), 0xF4: (0x80, 0x8F)}
+
+
+def _completable(held: bytes) -> bool:
+    """Whether the bytes the decoder holds (a lead byte and fewer continuation bytes than it needs) can still end
+    as one valid character: only the second byte's range depends on the lead."""
+    if len(held) < 2:
+        return True
+    low, high = _SECOND_BYTE.get(held[0], (0x80, 0xBF))
+    return low <= held[1] <= high
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,9 @@ def test_utf8_valid_text_over_any_split(case: tuple[str, list[bytes]]) -> None:
 @example((b"\xf0\x9fA", [b"\xf0", b"\x9f", b"A"]))
 @example((b"\xed\xa0\x80", [b"\xed", b"\xa0\x80"]))
 @example((b"\xe2\x82", [b"\xe2", b"\x82"]))
+@example((b"\xed\xa0", [b"\xed\xa0"]))  # a surrogate's start: never a character, so U+FFFD at the end too
+@example((b"\xed\xa0", [b"\xed", b"\xa0"]))
+@example((b"\xf4\x90\x80", [b"\xf4\x90", b"\x80"]))  # over U+10FFFF
 def test_utf8_any_bytes_decode_like_replace(case: tuple[bytes, list[bytes]]) -> None:
     raw, pieces = case
     expected = decode_dropping_incomplete_tail(raw)
@@ -120,6 +123,8 @@ def test_utf8_any_bytes_decode_like_replace(case: tuple[bytes, list[bytes]]) -> 
     for piece in pieces:
         out += asm.push(piece)
         assert expected.startswith(out)  # nothing released is ever taken back or changed
+    # bytes are held back only while they may still become a character
+    assert asm.pending() == (expected != raw.decode("utf-8", "replace"))
     out += asm.finish()
     assert out == expected
 
