@@ -21,7 +21,7 @@ from llmhost.domain.errors import EngineError, InvalidInput
 from llmhost.domain.limits import MAX_BYTES_PER_TOKEN
 from llmhost.domain.types import EmbeddingsResult, InferencingParams, check_text_length
 from llmhost.engine.local.decoder import BatchRow
-from llmhost.engine.local.gguf import matrix_types
+from llmhost.engine.local.gguf import GgufError, matrix_types
 
 if TYPE_CHECKING:
     from llmhost.engine.chat_template import TemplateInfo
@@ -216,7 +216,12 @@ class LlamaDecoder(LlamaVocabCalls):
         # Deterministic mode's bound on one-token rows per call (the default mode does not use it).
         self.invariant_rows = 1
         if config.deterministic:
-            self.invariant_rows = rows_alike(matrix_types(path), self.n_batch, config.n_gpu_layers != 0)
+            try:
+                types = matrix_types(path)
+            except (GgufError, OSError) as error:  # llama.cpp read it: unlikely; then every row is decoded alone
+                log.warning("%s: weight types unknown (%s): deterministic mode decodes each row alone", name, error)
+            else:
+                self.invariant_rows = rows_alike(types, self.n_batch, config.n_gpu_layers != 0)
         cparams = lib.llama_context_default_params()
         cparams.n_ctx = self.n_ctx * config.slots
         cparams.n_batch = self.n_batch
