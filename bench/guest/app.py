@@ -73,6 +73,7 @@ def sequence_steps(model: str, n: int, prompt: str, loop: bool) -> dict[str, obj
     `next-token-logprobs(1)` + `append-tokens` (what a guest-side sampler costs). Timed from after the prompt."""
     with sequences.Sequence.open(model) as seq:
         seq.append(prompt)
+        started_at = time.time()  # wall clock, comparable across concurrent guests (the bench's aggregate window)
         start = time.perf_counter()
         if loop:
             tokens: list[int] = []
@@ -86,7 +87,7 @@ def sequence_steps(model: str, n: int, prompt: str, loop: bool) -> dict[str, obj
         else:
             generated = seq.generate(greedy(str(n))).usage.generated_token_count
         elapsed = time.perf_counter() - start
-        return {"seconds": elapsed, "generated": generated}
+        return {"seconds": elapsed, "generated": generated, "started_at": started_at, "ended_at": time.time()}
 
 
 class WitWorld(_World):

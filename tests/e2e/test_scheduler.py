@@ -121,3 +121,47 @@ def test_a_generation_waiting_for_a_slot_does_not_spin(llmhost_cache_dir: Path) 
         # Retried every STALL_RETRY_S (50 ms), not in a loop: spinning would make thousands of calls
         assert 1 <= tries <= 0.5 / STALL_RETRY_S + 5, tries
         assert result and isinstance(result[0], StreamChunk)
+
+
+class _RecordingLib:
+    """The llama.cpp binding, recording the thread of every llama_decode."""
+
+    def __init__(self, lib: Any) -> None:
+        self._lib = lib
+        self.threads: list[int] = []
+
+    def llama_decode(self, *args: Any) -> Any:
+        self.threads.append(threading.get_ident())
+        return self._lib.llama_decode(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._lib, name)
+
+
+def test_every_llama_decode_runs_on_one_thread_whichever_thread_asks(every_core_host: Host) -> None:
+    # llama.cpp's OpenMP gives each calling thread a team of its own, and more teams than cores slow every decode
+    # (engine/local/compute.py): streams read on several threads, an append and embeddings all decode on one.
+    decoder = every_core_host.engine.model(MODEL).decoder  # type: ignore[attr-defined]
+    recording = _RecordingLib(decoder.lib)
+    decoder.lib = recording
+    try:
+        callers: list[int] = []
+
+        def read(i: int) -> None:
+            callers.append(threading.get_ident())
+            every_core_host.infer(MODEL, f"Once upon a time {i}", GREEDY)
+
+        threads = [threading.Thread(target=read, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        seq = every_core_host.open_sequence(MODEL)
+        seq.append("A sequence appended on the test's thread.")
+        seq.close()
+        every_core_host.embeddings(MODEL, ["and embeddings"])
+    finally:
+        decoder.lib = recording._lib
+    assert len(recording.threads) >= GREEDY.max_tokens  # the three streams share steps
+    assert len(set(recording.threads)) == 1, set(recording.threads)
+    assert recording.threads[0] not in [*callers, threading.get_ident()]

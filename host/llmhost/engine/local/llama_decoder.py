@@ -20,6 +20,7 @@ from llmhost.config import ModelConfig
 from llmhost.domain.errors import EngineError, InvalidInput
 from llmhost.domain.limits import MAX_BYTES_PER_TOKEN
 from llmhost.domain.types import EmbeddingsResult, InferencingParams, check_text_length
+from llmhost.engine.local import compute
 from llmhost.engine.local.decoder import BatchRow
 from llmhost.engine.local.gguf import GgufError, matrix_types
 
@@ -264,7 +265,7 @@ class LlamaDecoder(LlamaVocabCalls):
                 batch.logits[i] = 1 if i in logits_at else 0
                 i += 1
         batch.n_tokens = i
-        rc = int(self.lib.llama_decode(self.ctx, batch))
+        rc = int(compute.run(self.lib.llama_decode, self.ctx, batch))
         if rc not in (0, 1):
             raise EngineError(f"llama_decode failed with code {rc} (context of {self.n_ctx} tokens per sequence)")
         return rc
@@ -348,7 +349,7 @@ class LlamaDecoder(LlamaVocabCalls):
                         batch.seq_id[i][0] = 0
                         batch.logits[i] = 1
                     batch.n_tokens = len(chunk)
-                    rc = lib.llama_decode(ctx, batch)
+                    rc = compute.run(lib.llama_decode, ctx, batch)
                     if rc != 0:
                         raise EngineError(f"llama_decode failed with code {rc} while embedding text[{index}]")
                     rows = np.ctypeslib.as_array(lib.llama_get_embeddings(ctx), shape=(len(chunk), n_embd))
