@@ -14,8 +14,8 @@ The streaming ratio (e)/(d) is the median over PAIRS back-to-back pairs of short
 to first chunk, the sequences program, continuous batching (bench/batching.py), deterministic mode
 (bench/deterministic.py) and `llmhost serve` (bench/serve.py). Plus structured output (bench/structured.py), the
 developer loop (bench/devloop.py), the guest SDK (bench/sdk.py), guest-side sampling (bench/processors.py), the
-remote backend (bench/scaleout.py), component instantiation (p50 of 20) and the second start of `llmhost run`
-(compiled component cached).
+compute thread (bench/compute_thread.py), the remote backend (bench/scaleout.py), component instantiation (p50 of
+20) and the second start of `llmhost run` (compiled component cached).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import batching
+import compute_thread
 import deterministic
 import devloop
 import plots
@@ -524,6 +525,7 @@ def main() -> int:
     sdk_rows = isolated(sdk.run, config, MODEL, THREADS, N_GPU_LAYERS, args.rounds)
     sdk_smol_rows = isolated(sdk.run, config, SMOLLM2_MODEL, THREADS, N_GPU_LAYERS, args.rounds)
     processor_rows = isolated(processors.run, config.cache_dir, THREADS, N_GPU_LAYERS)
+    compute_rows = compute_thread.run(config.cache_dir, THREADS)  # fresh processes of its own
     scaleout_rows = sub_sections(
         {m: isolated(scaleout.run, config.cache_dir, paths[m], m, THREADS) for m in BUILTIN_MODELS}
     )
@@ -614,6 +616,10 @@ def main() -> int:
         "## Guest-side sampling: next-token-logprobs loops (bench/processors.py)",
         "",
         *processor_rows,
+        "",
+        "## One compute thread for llama_decode (bench/compute_thread.py)",
+        "",
+        *compute_rows,
         "",
         "## Remote backend (bench/scaleout.py)",
         "",
