@@ -1,0 +1,202 @@
+"""Host time outside `llama_decode` (part of `make bench`): the wall time of a generation minus the time spent in
+`LlamaDecoder.decode`, the one place a decode happens, per token (one stream) or per decode call (8 streams), with
+the rows each call held. Greedy, 128 tokens, on the real CPU model. Whatever the host does serially around a
+decode step adds to every step; at GPU speed (a step of 1 to 3 ms) it sets the throughput.
+
+`python bench/host_time.py [ROUNDS]` prints the table for both built-in models (each in a fresh process).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import multiprocessing
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llmhost import Host, HostConfig, InferencingParams, StreamChunk
+from llmhost.config import ModelConfig
+from llmhost.domain.limits import BUILTIN_MODELS
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPT = "Once upon a time, there was a dragon who"
+TOKENS = 128
+STREAMS = 8
+SUBJECTS = ["dragon", "cat", "king", "robot", "wizard", "fox", "ship", "tree"]
+GREEDY = InferencingParams(max_tokens=TOKENS, temperature=0.0, repeat_penalty=1.0, top_k=0, top_p=1.0)
+# Issue 37's targets: host ms per token (1 stream) / per step (8 streams), and rows per decode call.
+TARGETS = {
+    "gemma-3-270m": {"api": 0.15, "stream": 0.25, "eight": 0.8, "rows": 6.5},
+    "smollm2-135m": {"api": 0.10, "stream": 0.20, "eight": 0.5, "rows": 6.5},
+}
+
+
+@dataclass
+class DecodeClock:
+    """Time spent in `LlamaDecoder.decode`, its calls and the rows they held, since the last `reset`."""
+
+    seconds: float = 0.0
+    calls: int = 0
+    rows: int = 0
+
+    def reset(self) -> None:
+        self.seconds, self.calls, self.rows = 0.0, 0, 0
+
+
+@contextmanager
+def decode_clock() -> Iterator[DecodeClock]:
+    """Wrap `LlamaDecoder.decode` (every decode of the engine goes through it) with a clock."""
+    from llmhost.engine.local.llama_decoder import LlamaDecoder
+
+    clock = DecodeClock()
+    original = LlamaDecoder.decode
+
+    def decode(self: Any, rows: Any, logits_at: Any) -> int:
+        started = time.perf_counter()
+        try:
+            return original(self, rows, logits_at)
+        finally:
+            clock.seconds += time.perf_counter() - started
+            clock.calls += 1
+            clock.rows += len(rows)
+
+    LlamaDecoder.decode = decode  # type: ignore[method-assign]
+    try:
+        yield clock
+    finally:
+        LlamaDecoder.decode = original  # type: ignore[method-assign]
+
+
+def host_config(model: str, threads: int, n_gpu_layers: int, cache_dir: Path) -> HostConfig:
+    return HostConfig(
+        models={
+            model: ModelConfig(
+                threads=threads, n_gpu_layers=n_gpu_layers, slots=STREAMS, context_length=1024, prefix_cache=False
+            )
+        },
+        cache_dir=cache_dir,
+        compile_strategy="optimized",
+    )
+
+
+def one_api(host: Host, model: str, clock: DecodeClock) -> tuple[float, float]:
+    """(host seconds per token, decode seconds per token) of one greedy `Host.infer`."""
+    clock.reset()
+    started = time.perf_counter()
+    generated = host.infer(model, PROMPT, GREEDY).usage.generated_token_count
+    wall = time.perf_counter() - started
+    return (wall - clock.seconds) / generated, clock.seconds / generated
+
+
+def one_guest(app: Any, command: str, model: str, clock: DecodeClock) -> tuple[float, float]:
+    """The same through a guest (bench/guest: `infer` or `stream`), timed inside the guest."""
+    clock.reset()
+    done = app.run_captured([command, model, str(TOKENS), PROMPT])
+    report = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    generated, seconds = int(report["generated"]), float(report["seconds"])
+    return (seconds - clock.seconds) / generated, clock.seconds / generated
+
+
+def streams(host: Host, model: str, clock: DecodeClock, n: int, tag: str) -> tuple[float, float, float]:
+    """n concurrent greedy streams through the Python API: (host seconds per decode call, rows per call,
+    decode seconds per call)."""
+
+    def read(prompt: str) -> None:
+        for event in host.infer_stream(model, prompt, GREEDY):
+            if not isinstance(event, StreamChunk):
+                assert event.usage.generated_token_count == TOKENS, event
+
+    threads = [
+        threading.Thread(target=read, args=(f"{tag} {i}: Once upon a time, there was a {SUBJECTS[i % 8]} who",))
+        for i in range(n)
+    ]
+    clock.reset()
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - started
+    return (wall - clock.seconds) / clock.calls, clock.rows / clock.calls, clock.seconds / clock.calls
+
+
+def measure(model: str, threads: int, n_gpu_layers: int, cache_dir: Path, rounds: int) -> dict[str, float]:
+    """Medians over `rounds` of every measure of one model (run in a fresh process)."""
+    from llmhost.build.compile import build_component
+
+    wasm = build_component(ROOT / "bench" / "guest", cache_dir / "bench" / "bench-guest.wasm")
+    runs: dict[str, list[float]] = {}
+
+    def add(name: str, value: float) -> None:
+        runs.setdefault(name, []).append(value)
+
+    with decode_clock() as clock, Host(host_config(model, threads, n_gpu_layers, cache_dir)) as host:
+        app = host.load(wasm)
+        host.infer(model, "warm up", InferencingParams(max_tokens=4))
+        app.run_captured(["stream", model, "4", "warm up"])
+        for r in range(rounds):
+            host_s, decode_s = one_api(host, model, clock)
+            add("api", host_s * 1e3)
+            add("api_decode", decode_s * 1e3)
+            host_s, decode_s = one_guest(app, "infer", model, clock)
+            add("infer", host_s * 1e3)
+            host_s, decode_s = one_guest(app, "stream", model, clock)
+            add("stream", host_s * 1e3)
+            step_s, rows, decode_s = streams(host, model, clock, STREAMS, f"Round {r}")
+            add("eight", step_s * 1e3)
+            add("rows", rows)
+            add("eight_decode", decode_s * 1e3)
+    return {name: statistics.median(values) for name, values in runs.items()}
+
+
+def isolated(fn: Callable[..., Any], *args: Any) -> Any:
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(fn, args)
+
+
+def _cell(f: dict[str, float], t: dict[str, float], name: str, fmt: str = ".3f", at_least: bool = False) -> str:
+    """A measure, with its target and whether it is met where it has one."""
+    target = t.get(name)
+    if target is None:
+        return f"{f[name]:{fmt}}"
+    met = f[name] >= target if at_least else f[name] <= target
+    return f"{f[name]:{fmt}} ({'≥' if at_least else '≤'} {target}: {'met' if met else 'NOT met'})"
+
+
+def run(cache_dir: Path, threads: int, n_gpu_layers: int, rounds: int = 3) -> list[str]:
+    rows = [
+        f"Prompt {PROMPT!r}, greedy, {TOKENS} tokens; wall time minus the time inside `LlamaDecoder.decode`; "
+        f"median of {rounds} rounds, each model in a fresh process. Guest figures are timed inside the guest "
+        f"(bench/guest). {STREAMS} streams: concurrent `Host.infer_stream` readers, host time per decode call.",
+        "",
+        "| model | 1 stream, Python API (ms/token) | guest `infer` (ms/token) | guest `infer-stream` (ms/token) "
+        f"| {STREAMS} streams (ms/step) | rows per decode call | decode per token / per {STREAMS}-stream call |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for model in BUILTIN_MODELS:
+        f = isolated(measure, model, threads, n_gpu_layers, cache_dir, rounds)
+        t = TARGETS.get(model, {})
+        cell = functools.partial(_cell, f, t)
+        rows.append(
+            f"| {model} | {cell('api')} | {f['infer']:.3f} | {cell('stream')} | {cell('eight')} | "
+            f"{cell('rows', '.2f', True)} | {f['api_decode']:.2f} / {f['eight_decode']:.2f} ms |"
+        )
+    return rows
+
+
+if __name__ == "__main__":
+    import os
+
+    from llmhost.config import default_cache_dir
+
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    threads = int(os.environ.get("LLMHOST_BENCH_THREADS", "2"))
+    gpu = int(os.environ.get("LLMHOST_BENCH_N_GPU_LAYERS", "0"))
+    print("\n".join(run(default_cache_dir(), threads, gpu, count)))
