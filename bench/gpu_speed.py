@@ -8,7 +8,7 @@ real. Efficiency = simulated decode time (the measured time inside the fake call
 host that costs nothing.
 
 `python bench/gpu_speed.py [ROUNDS]` prints the table for both built-in models, each in fresh processes (threads
-from LLMHOST_BENCH_THREADS, default 2; LLMHOST_BENCH_N_GPU_LAYERS, default 0).
+from LLMHOST_BENCH_THREADS, default 2; the models configured as on a GPU, `n-gpu-layers = -1`).
 `python bench/gpu_speed.py --serve-simulated CLOCK_FILE serve ...` is the HTTP measure's server: `llmhost` with
 simulated decoding, publishing its decode clock in CLOCK_FILE.
 """
@@ -55,6 +55,9 @@ PRIMING_ROWS = 32
 # index can; prompts longer than that are evaluated in 32-token chunks, the last one holding the logits.
 BATCH = PRIMING_ROWS
 GREEDY = InferencingParams(max_tokens=TOKENS, temperature=0.0, repeat_penalty=1.0, top_k=0, top_p=1.0)
+# The simulated models are configured as on a GPU: the scheduler's CPU-only policy (model.py `cpu_bound`) would
+# hold each step back for its readers, which a sleeping decode does not need.
+GPU_LAYERS = -1
 # Efficiency targets (simulated decode ÷ wall) per path.
 TARGETS = {"api": 0.90, "infer": 0.90, "stream": 0.85, "streams32": 0.85}
 
@@ -447,26 +450,13 @@ PATHS = {
 }
 
 
-def scheduler_policy(threads: int, n_gpu_layers: int) -> list[str]:
-    """A warning where the engine's CPU-only scheduling policy is on, which no GPU deployment runs with."""
-    if n_gpu_layers != 0 or threads < len(os.sched_getaffinity(0)):
-        return []
-    return [
-        f"Note: with n_gpu_layers = 0 and {threads} threads on as many cores the engine counts decoding as "
-        "CPU-bound (engine/local/model.py `cpu_bound`) and, after each step, gives the readers it woke a turn of up "
-        "to 3 ms before decoding ahead (scheduler `READER_TURN_S`): a stream's gap is then step + reader. A GPU "
-        "deployment (n_gpu_layers ≠ 0) runs without it; `LLMHOST_BENCH_N_GPU_LAYERS=-1` measures that policy (a "
-        "CPU-only llama.cpp build ignores the offload).",
-        "",
-    ]
-
-
 def isolated(fn: Callable[..., Any], *args: Any) -> Any:
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         return pool.apply(fn, args)
 
 
-def run(cache_dir: Path, threads: int, n_gpu_layers: int, rounds: int = 3) -> list[str]:
+def run(cache_dir: Path, threads: int, rounds: int = 3) -> list[str]:
+    n_gpu_layers = GPU_LAYERS
     steps = ", ".join(f"{n}: {step_seconds(n) * 1e3:.2f}" for n in (1, 8, 16, 24, 32, 64))
     lines = [
         f"GPU-speed simulation: `llama_decode` replaced by a sleep of the step time (ms by tokens in the call: "
@@ -476,7 +466,10 @@ def run(cache_dir: Path, threads: int, n_gpu_layers: int, rounds: int = 3) -> li
         f"Host ms: (wall − simulated decode) per token (1 stream) or per decode call (8 / 32 streams). Median of "
         f"{rounds} rounds; each model in a fresh process, the HTTP server in another.",
         "",
-        *scheduler_policy(threads, n_gpu_layers),
+        "The models run as a GPU deployment is configured (`n-gpu-layers = -1`; a CPU-only llama.cpp build ignores "
+        "the offload): the engine's CPU-only policy (scheduler `READER_TURN_S`: the readers a step woke get the "
+        "cores before the next decode) is for decodes that need every core, and a simulated decode needs none.",
+        "",
         "| model | path | efficiency | tokens/s | host ms per token / step | rows (tokens) per call "
         "| simulated ms per call |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
@@ -553,5 +546,4 @@ if __name__ == "__main__":
 
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     threads = int(os.environ.get("LLMHOST_BENCH_THREADS", "2"))
-    gpu = int(os.environ.get("LLMHOST_BENCH_N_GPU_LAYERS", "0"))
-    print("\n".join(run(default_cache_dir(), threads, gpu, count)))
+    print("\n".join(run(default_cache_dir(), threads, count)))
