@@ -24,6 +24,7 @@ from typing import Any
 from llmhost import Host, HostConfig, InferencingParams, StreamChunk
 from llmhost.config import ModelConfig
 from llmhost.domain.limits import BUILTIN_MODELS
+from llmhost.domain.types import Constraint
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "Once upon a time, there was a dragon who"
@@ -127,6 +128,38 @@ def streams(host: Host, model: str, clock: DecodeClock, n: int, tag: str) -> tup
     return (wall - clock.seconds) / clock.calls, clock.rows / clock.calls, clock.seconds / clock.calls
 
 
+# Sampling features and the path each takes, for the cost table (`features`): the host sampler covers greedy and
+# top-k draws; log-probabilities read the whole row (a log-sum-exp over the vocabulary); a constraint masks it;
+# temperature with top-k off keeps llama.cpp's chain (host_sampler.eligible).
+FEATURES: dict[str, InferencingParams] = {
+    "greedy (host sampler)": GREEDY,
+    "greedy + repeat penalty 1.1 (host sampler)": GREEDY.model_copy(update={"repeat_penalty": 1.1}),
+    "default draw: top-k 40, top-p 0.9, temperature 0.8, repeat penalty 1.1 (host sampler)": InferencingParams(
+        max_tokens=TOKENS, seed=1
+    ),
+    "temperature 0.8, top-k off (llama.cpp's chain)": InferencingParams(
+        max_tokens=TOKENS, seed=1, top_k=0, top_p=1.0, repeat_penalty=1.0
+    ),
+    "greedy + logprobs 5 (the whole row, host side)": GREEDY.model_copy(update={"logprobs": 5}),
+    "greedy + regex constraint (llguidance mask)": GREEDY.model_copy(
+        update={"constraint": Constraint.regex("( [a-z]+[,.])+"), "stop": ()}
+    ),
+}
+
+
+def features(host: Host, model: str, clock: DecodeClock, rounds: int) -> dict[str, float]:
+    """Host ms per token of one stream through the Python API, for each of `FEATURES` (medians)."""
+    found: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for name, params in FEATURES.items():
+            clock.reset()
+            started = time.perf_counter()
+            generated = host.infer(model, PROMPT, params).usage.generated_token_count
+            wall = time.perf_counter() - started
+            found.setdefault(name, []).append((wall - clock.seconds) / generated * 1e3)
+    return {name: statistics.median(values) for name, values in found.items()}
+
+
 def measure(model: str, threads: int, n_gpu_layers: int, cache_dir: Path, rounds: int) -> dict[str, float]:
     """Medians over `rounds` of every measure of one model (run in a fresh process)."""
     from llmhost.build.compile import build_component
@@ -153,7 +186,9 @@ def measure(model: str, threads: int, n_gpu_layers: int, cache_dir: Path, rounds
             add("eight", step_s * 1e3)
             add("rows", rows)
             add("eight_decode", decode_s * 1e3)
-    return {name: statistics.median(values) for name, values in runs.items()}
+        costs = features(host, model, clock, rounds)
+    result = {name: statistics.median(values) for name, values in runs.items()}
+    return result | {f"feature:{name}": value for name, value in costs.items()}
 
 
 def isolated(fn: Callable[..., Any], *args: Any) -> Any:
@@ -171,6 +206,7 @@ def _cell(f: dict[str, float], t: dict[str, float], name: str, fmt: str = ".3f",
 
 
 def run(cache_dir: Path, threads: int, n_gpu_layers: int, rounds: int = 3) -> list[str]:
+    found = {model: isolated(measure, model, threads, n_gpu_layers, cache_dir, rounds) for model in BUILTIN_MODELS}
     rows = [
         f"Prompt {PROMPT!r}, greedy, {TOKENS} tokens; wall time minus the time inside `LlamaDecoder.decode`; "
         f"median of {rounds} rounds, each model in a fresh process. Guest figures are timed inside the guest "
@@ -180,14 +216,23 @@ def run(cache_dir: Path, threads: int, n_gpu_layers: int, rounds: int = 3) -> li
         f"| {STREAMS} streams (ms/step) | rows per decode call | decode per token / per {STREAMS}-stream call |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for model in BUILTIN_MODELS:
-        f = isolated(measure, model, threads, n_gpu_layers, cache_dir, rounds)
+    for model, f in found.items():
         t = TARGETS.get(model, {})
         cell = functools.partial(_cell, f, t)
         rows.append(
             f"| {model} | {cell('api')} | {f['infer']:.3f} | {cell('stream')} | {cell('eight')} | "
             f"{cell('rows', '.2f', True)} | {f['api_decode']:.2f} / {f['eight_decode']:.2f} ms |"
         )
+    rows += [
+        "",
+        "Where a feature needs the host-side path, its cost: host ms per token, one stream, Python API, "
+        f"{TOKENS} tokens (a constrained or sampled run may end earlier; per generated token).",
+        "",
+        "| params (path) | " + " | ".join(found) + " |",
+        "| --- | " + " | ".join("---:" for _ in found) + " |",
+    ]
+    for name in FEATURES:
+        rows.append(f"| {name} | " + " | ".join(f"{f[f'feature:{name}']:.3f}" for f in found.values()) + " |")
     return rows
 
 

@@ -14,7 +14,8 @@ The streaming ratio (e)/(d) is the median over PAIRS back-to-back pairs of short
 to first chunk, the sequences program, continuous batching (bench/batching.py), deterministic mode
 (bench/deterministic.py) and `llmhost serve` (bench/serve.py). Plus structured output (bench/structured.py), the
 developer loop (bench/devloop.py), the guest SDK (bench/sdk.py), guest-side sampling (bench/processors.py), the
-compute thread (bench/compute_thread.py), the remote backend (bench/scaleout.py), component instantiation (p50 of
+compute thread (bench/compute_thread.py), the host's time outside llama_decode (bench/host_time.py), a GPU-speed
+simulation (bench/gpu_speed.py), the remote backend (bench/scaleout.py), component instantiation (p50 of
 20) and the second start of `llmhost run` (compiled component cached).
 """
 
@@ -38,6 +39,8 @@ import batching
 import compute_thread
 import deterministic
 import devloop
+import gpu_speed
+import host_time
 import plots
 import processors
 import scaleout
@@ -526,6 +529,8 @@ def main() -> int:
     sdk_smol_rows = isolated(sdk.run, config, SMOLLM2_MODEL, THREADS, N_GPU_LAYERS, args.rounds)
     processor_rows = isolated(processors.run, config.cache_dir, THREADS, N_GPU_LAYERS)
     compute_rows = compute_thread.run(config.cache_dir, THREADS)  # fresh processes of its own
+    host_time_rows = host_time.run(config.cache_dir, THREADS, N_GPU_LAYERS)  # each model in a fresh process
+    gpu_speed_rows = gpu_speed.run(config.cache_dir, THREADS)  # the same, and a simulated server
     scaleout_rows = sub_sections(
         {m: isolated(scaleout.run, config.cache_dir, paths[m], m, THREADS) for m in BUILTIN_MODELS}
     )
@@ -620,6 +625,14 @@ def main() -> int:
         "## One compute thread for llama_decode (bench/compute_thread.py)",
         "",
         *compute_rows,
+        "",
+        "## Host time outside llama_decode (bench/host_time.py)",
+        "",
+        *host_time_rows,
+        "",
+        "## GPU-speed simulation (bench/gpu_speed.py)",
+        "",
+        *gpu_speed_rows,
         "",
         "## Remote backend (bench/scaleout.py)",
         "",

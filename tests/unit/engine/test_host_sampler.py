@@ -11,16 +11,21 @@ from hypothesis import strategies as st
 from llmhost.domain.types import InferencingParams, LogitBias
 from llmhost.engine.local.host_sampler import MAX_HOST_TOP_K, HostSampler, eligible, top_k_indices
 
-# Few distinct values, so ties are common (ties go to the lower index).
-rows = st.integers(1, 3000).flatmap(
+# Few distinct values, so ties are common (ties go to the lower index). Up to 5000 entries: the grouped search
+# (2048 groups) and its tail are used from 2048 on.
+rows = st.integers(1, 5000).flatmap(
     lambda n: st.lists(st.integers(-8, 8), min_size=n, max_size=n).map(lambda v: np.array(v, dtype=np.float32) / 2)
 )
 
 
 @settings(max_examples=200, deadline=None)
-@given(rows, st.integers(1, 300))
-def test_top_k_indices_are_the_k_highest_highest_first(row: np.ndarray, k: int) -> None:
-    expected = sorted(range(len(row)), key=lambda i: (-row[i], i))[:k]
+@given(rows, st.integers(1, 300), st.sampled_from([0.0, 0.5, 0.999, 1.0]))
+def test_top_k_indices_are_the_k_highest_highest_first(row: np.ndarray, k: int, masked: float) -> None:
+    """`masked`: the share of entries set to -inf (a constraint's mask); they are left out while others remain."""
+    row = row.copy()
+    row[np.random.default_rng(len(row)).random(len(row)) < masked] = -np.inf
+    allowed = [i for i in range(len(row)) if row[i] > -np.inf] or list(range(len(row)))
+    expected = sorted(allowed, key=lambda i: (-row[i], i))[:k]
     assert top_k_indices(row, k).tolist() == expected
 
 

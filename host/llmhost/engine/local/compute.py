@@ -12,28 +12,88 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-_executor: ThreadPoolExecutor | None = None
+
+class _ComputeThread:
+    """One daemon thread and a one-call mailbox. Callers take turns (`_turn`); each hand-off is two releases of
+    plain locks, which wake the other side directly: a `ThreadPoolExecutor` future costs twice as much per call
+    (its queue, condition variables and waiter lists), and at GPU speed every decode step pays it (bench/gpu_speed.py).
+    """
+
+    def __init__(self) -> None:
+        self._turn = threading.Lock()
+        self._go = threading.Lock()
+        self._done = threading.Lock()
+        self._go.acquire()
+        self._done.acquire()
+        self._call: tuple[Callable[..., Any], tuple[Any, ...]] | None = None
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self.ident: int | None = None
+        thread = threading.Thread(target=self._serve, name="llmhost-compute", daemon=True)
+        thread.start()
+
+    def _serve(self) -> None:
+        self.ident = threading.get_ident()
+        while True:
+            self._go.acquire()
+            assert self._call is not None
+            fn, args = self._call
+            try:
+                self._result = fn(*args)
+            except BaseException as error:  # handed back to the caller, which raises it
+                self._error = error
+            self._done.release()
+
+    def start(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Callable[[], Any]:
+        """Hand `fn(*args)` over and return at once; the returned `wait()` gives its result (or raises its
+        exception). Other callers wait for their turn until then: call `wait()` exactly once, and make no other
+        compute call before it."""
+        self._turn.acquire()
+        self._call = (fn, args)
+        self._go.release()
+
+        def wait() -> Any:
+            self._done.acquire()
+            result, error = self._result, self._error
+            self._call = self._result = self._error = None
+            self._turn.release()
+            if error is not None:
+                raise error
+            return result
+
+        return wait
+
+
+_thread: _ComputeThread | None = None
 _lock = threading.Lock()
-_ident: int | None = None
 
 
-def _mark() -> None:
-    global _ident
-    _ident = threading.get_ident()
+def _compute_thread() -> _ComputeThread:
+    global _thread
+    thread = _thread
+    if thread is None:
+        with _lock:
+            if _thread is None:
+                _thread = _ComputeThread()
+            thread = _thread
+    return thread
+
+
+def start(fn: Callable[..., T], *args: object) -> Callable[[], T]:
+    """Start `fn(*args)` on the compute thread (started on first use) and return its `wait()`: the caller works on
+    while it runs (the scheduler's bookkeeping during a decode). `wait()` must be called once, before any other
+    compute call of the caller's."""
+    thread = _compute_thread()
+    if threading.get_ident() == thread.ident:  # already there (a call made by a call it runs): run it now
+        value = fn(*args)
+        return lambda: value
+    return thread.start(fn, args)
 
 
 def run(fn: Callable[..., T], *args: object) -> T:
-    """`fn(*args)` on the compute thread (started on first use); its result, or its exception re-raised here."""
-    global _executor
-    if threading.get_ident() == _ident:  # already there (never nested today; cheap to allow)
-        return fn(*args)
-    with _lock:
-        if _executor is None:
-            _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmhost-compute", initializer=_mark)
-        executor = _executor
-    return executor.submit(fn, *args).result()
+    """`fn(*args)` on the compute thread; its result, or its exception re-raised here."""
+    return start(fn, *args)()

@@ -27,6 +27,10 @@ class Sampler(Protocol):
         """Feed a token to the penalty window (the prompt's, then every sampled one)."""
         ...
 
+    # `sample(row)` is the raw row's first highest logit and `accept` changes nothing (greedy without bias or
+    # penalties): the scheduler may then take the token from `Decoder.argmax_rows` with the step's other rows.
+    plain_greedy: bool
+
     def sample(self, row: int) -> int:
         """Sample from the logits of output `row` of the last decode (after any in-place changes to them)."""
         ...
@@ -69,6 +73,11 @@ class Decoder(Protocol):
 
     def logits(self, index: int) -> Any:
         """The logits of batch index `index` of the last decode: a writable float32 numpy array."""
+        ...
+
+    def argmax_rows(self, rows: Sequence[int]) -> list[int]:
+        """The first highest logit's token of each listed output row of the last decode (a step's greedy rows,
+        in one pass)."""
         ...
 
     def new_sampler(self, params: InferencingParams) -> Sampler: ...

@@ -35,6 +35,7 @@ class FakeSampler:
     def __init__(self, decoder: FakeDecoder, params: InferencingParams) -> None:
         self._decoder = decoder
         self._temperature = params.temperature
+        self.plain_greedy = params.temperature == 0
         self._rng = np.random.default_rng(params.seed if params.seed is not None else 0)
 
     def accept(self, token: int) -> None:
@@ -140,6 +141,9 @@ class FakeDecoder:
 
     def logits(self, index: int) -> Any:
         return self._kept[self._last if index == -1 else index]
+
+    def argmax_rows(self, rows: Sequence[int]) -> list[int]:
+        return [int(np.argmax(self.logits(row))) for row in rows]
 
     def new_sampler(self, params: InferencingParams) -> FakeSampler:
         return FakeSampler(self, params)

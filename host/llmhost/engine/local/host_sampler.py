@@ -27,9 +27,11 @@ from llmhost.domain.types import InferencingParams
 # The largest top-k sampled here; above it (or with top-k off) a draw needs a sort of most of the vocabulary,
 # which llama.cpp's bucket sort does better.
 MAX_HOST_TOP_K = 256
-# Tokens per block when looking for the top k: the k-th largest block maximum bounds the k-th largest logit from
-# below, so only logits at or above it can be among the top k.
-_BLOCK = 128
+# Groups when looking for the top k: the k-th largest of the groups' maxima bounds the k-th largest logit from
+# below, so only logits at or above it can be among the top k. Group j holds logits j, j + G, j + 2G, ...: the
+# maxima are then one element-wise maximum over the rows of a (n / G, G) view, as fast as a plain `max` (a
+# maximum per contiguous block reduces along the short axis, ten times slower).
+_GROUPS = 2048
 
 
 def eligible(params: InferencingParams) -> bool:
@@ -38,15 +40,25 @@ def eligible(params: InferencingParams) -> bool:
 
 
 def top_k_indices(logits: Any, k: int) -> Any:
-    """The indices of the k highest logits, highest first (ties: lower index first)."""
+    """The indices of the k highest logits, highest first (ties: lower index first). Tokens at -inf (a
+    constraint's mask) are left out while any other remains: they cannot be drawn."""
     n = len(logits)
     k = min(k, n)
-    blocks = n // _BLOCK
-    if blocks >= k:
-        maxima = logits[: blocks * _BLOCK].reshape(blocks, _BLOCK).max(axis=1)
-        floor = np.partition(maxima, blocks - k)[blocks - k]
-        candidates = np.flatnonzero(logits >= floor)
+    rows = n // _GROUPS
+    if rows and k <= _GROUPS:
+        grid = logits[: rows * _GROUPS].reshape(rows, _GROUPS)
+        maxima = grid.max(axis=0)
+        floor = np.partition(maxima, _GROUPS - k)[_GROUPS - k]
+        # Only the groups whose maximum reaches the floor can hold candidates: look in those columns alone. At a
+        # floor of -inf (fewer than k groups hold an allowed token) every allowed token is one.
+        cut = (lambda v: v >= floor) if floor > -np.inf else (lambda v: v > -np.inf)
+        columns = np.flatnonzero(cut(maxima))
+        r, c = np.nonzero(cut(grid[:, columns]))
+        tail = logits[rows * _GROUPS :]
+        candidates = np.concatenate((r * _GROUPS + columns[c], rows * _GROUPS + np.flatnonzero(cut(tail))))
     else:
+        candidates = np.flatnonzero(logits > -np.inf)
+    if not len(candidates):
         candidates = np.arange(n)
     order = np.lexsort((candidates, -logits[candidates]))[:k]
     return candidates[order]
@@ -71,6 +83,7 @@ class HostSampler:
         self._frequency = np.float32(params.frequency_penalty)
         self._presence = np.float32(params.presence_penalty)
         self._recent: collections.deque[int] = collections.deque()
+        self.plain_greedy = self._greedy and not len(self._bias_ids) and not self._window
         self._counts: dict[int, int] = {}
 
     def accept(self, token: int) -> None:

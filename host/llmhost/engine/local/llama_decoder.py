@@ -139,6 +139,8 @@ class _BatchFields:
 class LlamaSampler:
     """A llama.cpp sampler chain (see sampling.build_sampler) on the decoder's context."""
 
+    plain_greedy = False
+
     def __init__(self, decoder: LlamaDecoder, params: InferencingParams) -> None:
         self._lib = decoder.lib
         self._ctx = decoder.ctx
@@ -319,6 +321,7 @@ class LlamaDecoder(LlamaVocabCalls):
         self.batch = lib.llama_batch_init(self.n_batch, 0, 1)
         self._fields = _BatchFields(self.batch, self.n_batch)
         self._row_type: Any = None
+        self._outputs: list[int] = []  # the batch indices of the last decode's logits rows, in output order
         self._embed_ctx: Any = None
         self._embed_batch: Any = None
 
@@ -326,6 +329,7 @@ class LlamaDecoder(LlamaVocabCalls):
     def decode(self, rows: Sequence[BatchRow], logits_at: set[int]) -> int:
         batch = self.batch
         batch.n_tokens = self._fields.fill(rows, logits_at)
+        self._outputs = sorted(logits_at)
         rc = int(compute.run(self.lib.llama_decode, self.ctx, batch))
         if rc not in (0, 1):
             raise EngineError(f"llama_decode failed with code {rc} (context of {self.n_ctx} tokens per sequence)")
@@ -337,7 +341,17 @@ class LlamaDecoder(LlamaVocabCalls):
         if self._row_type is None:  # one ctypes array type for every row (np.ctypeslib builds one per call)
             self._row_type = ctypes.c_float * self.n_vocab
         address = ctypes.addressof(self.lib.llama_get_logits_ith(self.ctx, index).contents)
-        return np.frombuffer(self._row_type.from_address(address), dtype=np.float32)
+        return np.frombuffer(memoryview(self._row_type.from_address(address)), dtype=np.float32)
+
+    def argmax_rows(self, rows: Sequence[int]) -> list[int]:
+        import numpy as np
+
+        if list(rows) != self._outputs:
+            return [int(self.logits(row).argmax()) for row in rows]
+        # Every output row, in order: llama_get_logits holds them contiguously; one argmax over the block.
+        address = ctypes.addressof(self.lib.llama_get_logits(self.ctx).contents)
+        block = (ctypes.c_float * (len(rows) * self.n_vocab)).from_address(address)
+        return [int(t) for t in np.frombuffer(memoryview(block), dtype=np.float32).reshape(len(rows), -1).argmax(1)]
 
     def new_sampler(self, params: InferencingParams) -> Sampler:
         """numpy on the logits row where it covers the params (host_sampler.py: ~20 µs for greedy against

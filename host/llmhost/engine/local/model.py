@@ -27,6 +27,7 @@ from llmhost.domain.types import (
     check_text_length,
 )
 from llmhost.engine.admission import AdmissionQueue
+from llmhost.engine.local import compute
 from llmhost.engine.local.constraint_mask import TokenConstraint
 from llmhost.engine.local.decoder import BatchRow, Decoder
 from llmhost.engine.local.planning import aligned_after, row_length
@@ -129,30 +130,40 @@ class EngineModel:
             state.evaluated += len(chunk)
             self.evaluated_tokens += len(chunk)
 
-    def decode_rows(self, rows: list[Row]) -> list[Row]:
-        """Decode one scheduler step: every row's tokens of its sequence in one batch. Rows that ask to sample
-        get `sample_at` set to their batch index. When the decoder finds no room in the KV cache (code 1), the
-        batch is shrunk (prefill chunks dropped from the end) and retried; what was left out runs next step."""
-        while rows:
-            plan: list[tuple[SeqState, list[int]]] = []
-            logits_rows: set[int] = set()
-            index = 0
-            for row in rows:
-                plan.append((row.job.state, row.tokens))
-                index += len(row.tokens)
-                if row.sample_at is not None:
-                    row.sample_at = index - 1
-                    logits_rows.add(index - 1)
-            if self._decode(plan, logits_rows) == 0:
+    def start_rows(self, rows: list[Row]) -> Callable[[], list[Row]]:
+        """Start decoding one scheduler step: every row's tokens of its sequence in one batch. Rows that ask to
+        sample get `sample_at` set to their batch index. The decode runs on the compute thread while the caller
+        works on (on nothing that touches this model's context or makes another compute call) until it calls the
+        returned `wait()` (once), which gives the rows decoded. When the decoder finds no room in the KV cache
+        (code 1), the batch is shrunk (prefill chunks dropped from the end) and retried; what was left out runs
+        next step."""
+        plan: list[tuple[SeqState, list[int]]] = []
+        logits_rows: set[int] = set()
+        index = 0
+        for row in rows:
+            plan.append((row.job.state, row.tokens))
+            index += len(row.tokens)
+            if row.sample_at is not None:
+                row.sample_at = index - 1
+                logits_rows.add(index - 1)
+        waiting = self._start_decode(plan, logits_rows) if rows else (lambda: 0)
+
+        def wait() -> list[Row]:
+            if waiting() == 0:
                 for row in rows:
                     row.job.state.n_kv += len(row.tokens)
                     row.job.state.evaluated += len(row.tokens)
                     self.evaluated_tokens += len(row.tokens)
                 return rows
-            rows = rows[: len(rows) // 2] if len(rows) > 1 else []
-        return []
+            return self.start_rows(rows[: len(rows) // 2])() if len(rows) > 1 else []
+
+        return wait
 
     def _decode(self, plan: list[tuple[SeqState, list[int]]], logits_rows: set[int]) -> int:
+        return self._start_decode(plan, logits_rows)()
+
+    def _start_decode(self, plan: list[tuple[SeqState, list[int]]], logits_rows: set[int]) -> Callable[[], int]:
+        """Start `decoder.decode` on the compute thread (compute.py); the returned `wait()` gives its code."""
         batch: list[BatchRow] = []
         for state, tokens in plan:
             assert state.slot is not None
@@ -161,15 +172,20 @@ class EngineModel:
             self.decode_threads.append(threading.get_ident())
         started = time.perf_counter()
         self.decoding = True
-        try:
-            rc = self.decoder.decode(batch, logits_rows)
-            if rc == 0 and self.chunk is not None:
-                for state, tokens in plan:
-                    state.aligned = aligned_after(state.aligned, state.n_kv, len(tokens), self.chunk)
-            return rc
-        finally:
-            self.decoding = False
-            self.decode_seconds += time.perf_counter() - started
+        waiting = compute.start(self.decoder.decode, batch, logits_rows)
+
+        def wait() -> int:
+            try:
+                rc = waiting()
+                if rc == 0 and self.chunk is not None:
+                    for state, tokens in plan:
+                        state.aligned = aligned_after(state.aligned, state.n_kv, len(tokens), self.chunk)
+                return rc
+            finally:
+                self.decoding = False
+                self.decode_seconds += time.perf_counter() - started
+
+        return wait
 
     def unevaluate_last(self, state: SeqState) -> None:
         """When every token of `state` is in the cache, drop the last one from it: its logits are gone once

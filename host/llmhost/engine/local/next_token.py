@@ -24,6 +24,7 @@ class NextTokenRead(LlamaGeneration):
         self.top = top
         self.result: tuple[TopLogprob, ...] = ()
         self.follow_up = True  # the guest's loop comes back with the next read on this sequence
+        self.defers = False  # it reads the row itself, at once
 
     def start(self) -> None:  # no sampler: nothing is sampled here
         self.model.unevaluate_last(self.state)

@@ -94,7 +94,7 @@ class LlamaModel(Protocol):
 
     def unevaluate_last(self, state: SeqState) -> None: ...
 
-    def decode_rows(self, rows: list[Row]) -> list[Row]: ...
+    def start_rows(self, rows: list[Row]) -> Callable[[], list[Row]]: ...
 
     def top_logprobs(self, logits: Any, k: int) -> tuple[float, tuple[TopLogprob, ...]]: ...
 
@@ -134,7 +134,14 @@ class LlamaGeneration:
         self.base = len(state.tokens)
         self.text = GenerationText(params.stop, self.base, params.max_tokens)
         self.sampler: Any = None
-        self.eog = False
+        self.eog = False  # the last reported token ended the generation
+        # Tokens in the sequence whose text is not accounted for yet (`take`, then `report`): (token, its logprob
+        # entry, end-of-generation, context full after it, the constraint's language ended with it).
+        self._unreported: list[tuple[int, TokenLogprob | None, bool, bool, bool]] = []
+        self.last = False  # its last token is taken: no further row for it
+        # Reports its tokens while the next decode runs (see Scheduler._step); a job that reads the logits rows
+        # itself (next_token.NextTokenRead) does all its work in `on_logits`.
+        self.defers = True
         self.ticket: Ticket | None = None  # its place in the model's admission queue, until admitted
         self.ended = False  # the scheduler no longer runs it (finished, failed or cancelled)
         # Guarded by the scheduler's mutex (which also knows whether the reader waits in next() for an event).
@@ -217,6 +224,12 @@ class LlamaGeneration:
         """Nothing can be generated: the context window is full."""
         return len(self.state.tokens) >= self.model.n_ctx
 
+    @property
+    def plain_greedy(self) -> bool:
+        """Its next token is the raw row's argmax, with nothing else to read from the row (no log-probabilities,
+        no constraint): the scheduler may take it from one argmax over the step's rows."""
+        return not self.logprobs and self.constraint is None and bool(getattr(self.sampler, "plain_greedy", False))
+
     def on_logits(self, row: int, mask: Any) -> bool:
         """This step decoded the job's last pending token into output `row`: sample and account for the next
         token. Returns True when the job is over."""
@@ -225,25 +238,44 @@ class LlamaGeneration:
 
     def accept(self, token: int, logprob: float | None, entry: TokenLogprob | None = None) -> bool:
         """Account for a sampled token; returns True when the generation is over."""
+        self.take(token, logprob, entry)
+        return self.report()
+
+    def take(self, token: int, logprob: float | None, entry: TokenLogprob | None = None) -> bool:
+        """The part of accepting a sampled token that the next decode needs: the sequence gets it, the constraint
+        its step. Returns True when no token can follow it (end-of-generation, the token budget, a full window, a
+        language that ended): the job then gets no further row. `report` does the rest."""
         model, state = self.model, self.state
         state.append([token], [""], [logprob])
-        self.eog = model.is_eog(token)
-        step = self.text.on_token(
-            token,
-            model.piece(token),
-            end_of_generation=self.eog,
-            context_full=len(state.tokens) >= model.n_ctx,
-            logprob=entry,
+        eog = model.is_eog(token)
+        full = len(state.tokens) >= model.n_ctx
+        # The language admits no further token: end now rather than wait for end-of-generation.
+        ended = not eog and self.constraint is not None and self.constraint.advance(token)
+        self._unreported.append((token, entry, eog, full, ended))
+        budget = self.params.max_tokens
+        self.last = (
+            eog or full or ended or (budget is not None and len(self.text.token_ids) + len(self._unreported) >= budget)
         )
-        if step.finish is None and self.constraint is not None and self.constraint.advance(token):
-            # The language admits no further token: end now rather than wait for end-of-generation.
-            tail = self.text.end_of_language()
-            step = Step(_join(step.chunk, tail.chunk), tail.finish)
-        if step.chunk is not None and self.push(step.chunk):
-            self.model.scheduler.readers.append(self)
-        if step.finish is not None:
-            self.push(StreamDone(finish_reason=step.finish, usage=self.text.usage))
-            return True
+        return self.last
+
+    def report(self) -> bool:
+        """Text, stops and events for the tokens taken since the last report; returns True when the generation
+        is over (a stop sequence may end it before its last taken token)."""
+        model = self.model
+        unreported, self._unreported = self._unreported, []
+        for token, entry, eog, full, ended in unreported:
+            self.eog = eog
+            step = self.text.on_token(
+                token, model.piece(token), end_of_generation=eog, context_full=full, logprob=entry
+            )
+            if step.finish is None and ended:
+                tail = self.text.end_of_language()
+                step = Step(_join(step.chunk, tail.chunk), tail.finish)
+            if step.chunk is not None and self.push(step.chunk):
+                model.scheduler.readers.append(self)
+            if step.finish is not None:
+                self.push(StreamDone(finish_reason=step.finish, usage=self.text.usage))
+                return True
         return False
 
     def finish(self) -> None:
@@ -324,6 +356,7 @@ class Scheduler:
         self.steps = 0
         self.attempts = 0  # steps tried, including those that could do nothing (tests: waiting never spins)
         self.readers: list[LlamaGeneration] = []  # woken by the last step's events, with a chunk to handle
+        self._unreported: list[LlamaGeneration] = []  # jobs that took a token the last step and have not reported it
         self.reader_turn_s = READER_TURN_S if model.cpu_bound else 0.0
         self.masks = MaskWorker()
 
@@ -429,7 +462,7 @@ class Scheduler:
             self._background_cv.notify()
 
     def _runnable(self) -> bool:
-        return bool(self._waiting) or any(not j.waiting_unread for j in self._active)
+        return bool(self._waiting or self._unreported) or any(not j.waiting_unread for j in self._active)
 
     def _may_step(self) -> bool:
         return not self._stepping and self._runnable() and time.monotonic() >= self._stalled_until
@@ -523,8 +556,9 @@ class Scheduler:
         job.finish()
 
     def _plan(self) -> list[Row]:
-        """This step's rows (planning.plan_step: decode rows first, then prefill chunks in arrival order)."""
-        jobs = {id(job): job for job in self._active}
+        """This step's rows (planning.plan_step: decode rows first, then prefill chunks in arrival order); a job
+        whose last token is taken has none."""
+        jobs = {id(job): job for job in self._active if not job.last}
         pending = [
             Pending(key, len(j.state.tokens) - j.state.n_kv, j.waiting_unread, j.state.n_kv) for key, j in jobs.items()
         ]
@@ -540,29 +574,76 @@ class Scheduler:
         self.attempts += 1
         admitted = self.model.admission.admit()
         rows = self._plan()
-        if not rows:
-            return admitted
-        decoded = 0
-        # One call, or in deterministic mode several (planning.decode_calls); each call's rows are sampled before
-        # the next call replaces the logits.
-        group = self.model.decoder.invariant_rows if self.model.chunk is not None else None
-        for call in decode_calls([(row.slot, len(row.tokens)) for row in rows], group):
-            decoded += self._decode_and_sample([rows[i] for i in call])
+        if not rows:  # no decode to report under: the tokens taken last step are reported now
+            return self._report(self._taken()) or admitted
+        if self.model.chunk is not None:
+            # Deterministic mode: several calls (planning.decode_calls), each sampled before the next call replaces
+            # the logits; tokens are reported as they are taken.
+            group = self.model.decoder.invariant_rows
+            decoded = 0
+            for call in decode_calls([(row.slot, len(row.tokens)) for row in rows], group):
+                decoded += self._decode_and_sample([rows[i] for i in call])
+                self._report(self._taken())
+        else:
+            decoded = self._decode_and_sample(rows)
         self.steps += 1
         return admitted or bool(decoded)
 
-    def _decode_and_sample(self, rows: list[Row]) -> int:
-        # Token masks of constrained rows are computed while the batch decodes (both release the GIL).
-        masks = self.masks.start([row.job.constraint for row in rows if row.sample_at is not None])
-        try:
-            rows = self.model.decode_rows(rows)
-        finally:
-            ready = masks.wait()
-        for row in rows:
-            job = row.job
-            if row.sample_at is None:
-                continue
-            if job.on_logits(row.sample_at, ready.get(id(job.constraint))):
+    def _taken(self) -> list[LlamaGeneration]:
+        taken, self._unreported = self._unreported, []
+        return taken
+
+    def _report(self, jobs: list[LlamaGeneration]) -> bool:
+        """Text, stops and events of the tokens `jobs` took; the jobs that ended are finished (their sequences
+        touched: never while a decode runs). Returns whether there were any."""
+        for job in jobs:
+            if not job.ended and job.report():
                 self._active.remove(job)
                 job.finish()
+        return bool(jobs)
+
+    def _decode_and_sample(self, rows: list[Row]) -> int:
+        """Decode the rows; while the decode runs, report the tokens the last step took (host work that would
+        otherwise sit between two decodes: at GPU speed a step is 1-3 ms); then take each sampling row's next
+        token. A stop sequence found in that report ends its job after its row was decoded: the row is wasted,
+        and the rewind (`finish`) drops it from the sequence. A job's first token is reported at once (the time to
+        the first chunk never waits for another decode)."""
+        # Token masks of constrained rows are computed while the batch decodes (both release the GIL).
+        masks = self.masks.start([row.job.constraint for row in rows if row.sample_at is not None])
+        taken = self._taken()
+        ended: list[LlamaGeneration] = []
+        try:
+            wait = self.model.start_rows(rows)
+            try:
+                ended = [job for job in taken if not job.ended and job.report()]
+            finally:
+                rows = wait()
+        finally:
+            ready = masks.wait()
+        for job in ended:
+            self._active.remove(job)
+            job.finish()
+        greedy = [row for row in rows if row.sample_at is not None and not row.job.ended and row.job.plain_greedy]
+        tokens = {}
+        if len(greedy) > 1:
+            found = self.model.decoder.argmax_rows([row.sample_at for row in greedy if row.sample_at is not None])
+            tokens = {id(row): token for row, token in zip(greedy, found, strict=True)}
+        for row in rows:
+            job = row.job
+            if row.sample_at is None or job.ended:
+                continue
+            if not job.defers:
+                if job.on_logits(row.sample_at, ready.get(id(job.constraint))):
+                    self._active.remove(job)
+                    job.finish()
+                continue
+            token = tokens.get(id(row))
+            if token is None:
+                job.take(*self.model.sample_row(job, row.sample_at, ready.get(id(job.constraint))))
+            else:
+                job.take(token, None)
+            if job.text.token_ids:
+                self._unreported.append(job)
+            else:
+                self._report([job])
         return len(rows)
