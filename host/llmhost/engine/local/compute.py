@@ -27,8 +27,15 @@ class _ComputeThread:
         self._turn = threading.Lock()
         self._go = threading.Lock()
         self._done = threading.Lock()
+        # Released once per call: when the call makes its own first compute call (the C call, which releases the
+        # GIL), or when it ends. A caller that works on meanwhile waits for it first: until then the compute
+        # thread needs the GIL to get to its C call, and a caller busy in Python holds it (for up to the switch
+        # interval, 5 ms): the work would not overlap the decode but delay it.
+        self._launched = threading.Lock()
+        self._launched_now = False
         self._go.acquire()
         self._done.acquire()
+        self._launched.acquire()
         self._call: tuple[Callable[..., Any], tuple[Any, ...]] | None = None
         self._result: Any = None
         self._error: BaseException | None = None
@@ -46,18 +53,30 @@ class _ComputeThread:
                 self._result = fn(*args)
             except BaseException as error:  # handed back to the caller, which raises it
                 self._error = error
+            self.launched()
             self._done.release()
 
-    def start(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Callable[[], Any]:
-        """Hand `fn(*args)` over and return at once; the returned `wait()` gives its result (or raises its
-        exception). Other callers wait for their turn until then: call `wait()` exactly once, and make no other
-        compute call before it."""
+    def launched(self) -> None:
+        """The current call has got to its C call (or ended): a caller waiting in `start` may go on."""
+        if not self._launched_now:
+            self._launched_now = True
+            self._launched.release()
+
+    def start(self, fn: Callable[..., Any], args: tuple[Any, ...], overlap: bool) -> Callable[[], Any]:
+        """Hand `fn(*args)` over; the returned `wait()` gives its result (or raises its exception). With `overlap`
+        return once the call is under way in C (see `_launched`), else at once. Other callers wait for their
+        turn until `wait()`: call it exactly once, and make no other compute call before it."""
         self._turn.acquire()
         self._call = (fn, args)
+        self._launched_now = False
         self._go.release()
+        if overlap:
+            self._launched.acquire()
 
         def wait() -> Any:
             self._done.acquire()
+            if not overlap:  # released before `_done`: this never blocks (no wake-up in the middle of the call)
+                self._launched.acquire()
             result, error = self._result, self._error
             self._call = self._result = self._error = None
             self._turn.release()
@@ -83,17 +102,19 @@ def _compute_thread() -> _ComputeThread:
     return thread
 
 
-def start(fn: Callable[..., T], *args: object) -> Callable[[], T]:
+def start(fn: Callable[..., T], *args: object, overlap: bool = True) -> Callable[[], T]:
     """Start `fn(*args)` on the compute thread (started on first use) and return its `wait()`: the caller works on
-    while it runs (the scheduler's bookkeeping during a decode). `wait()` must be called once, before any other
-    compute call of the caller's."""
+    while it runs (the scheduler's bookkeeping during a decode), from when `fn` has reached its own first compute
+    call (`llama_decode`, in C) or ended. `wait()` must be called once, before any other compute call of the
+    caller's."""
     thread = _compute_thread()
     if threading.get_ident() == thread.ident:  # already there (a call made by a call it runs): run it now
+        thread.launched()
         value = fn(*args)
         return lambda: value
-    return thread.start(fn, args)
+    return thread.start(fn, args, overlap)
 
 
 def run(fn: Callable[..., T], *args: object) -> T:
     """`fn(*args)` on the compute thread; its result, or its exception re-raised here."""
-    return start(fn, *args)()
+    return start(fn, *args, overlap=False)()

@@ -130,11 +130,12 @@ class EngineModel:
             state.evaluated += len(chunk)
             self.evaluated_tokens += len(chunk)
 
-    def start_rows(self, rows: list[Row]) -> Callable[[], list[Row]]:
+    def start_rows(self, rows: list[Row], overlap: bool = False) -> Callable[[], list[Row]]:
         """Start decoding one scheduler step: every row's tokens of its sequence in one batch. Rows that ask to
         sample get `sample_at` set to their batch index. The decode runs on the compute thread while the caller
         works on (on nothing that touches this model's context or makes another compute call) until it calls the
-        returned `wait()` (once), which gives the rows decoded. When the decoder finds no room in the KV cache
+        returned `wait()` (once), which gives the rows decoded; with `overlap`, once the decode is under way in C
+        (compute.start). When the decoder finds no room in the KV cache
         (code 1), the batch is shrunk (prefill chunks dropped from the end) and retried; what was left out runs
         next step."""
         plan: list[tuple[SeqState, list[int]]] = []
@@ -146,7 +147,7 @@ class EngineModel:
             if row.sample_at is not None:
                 row.sample_at = index - 1
                 logits_rows.add(index - 1)
-        waiting = self._start_decode(plan, logits_rows) if rows else (lambda: 0)
+        waiting = self._start_decode(plan, logits_rows, overlap) if rows else (lambda: 0)
 
         def wait() -> list[Row]:
             if waiting() == 0:
@@ -162,8 +163,12 @@ class EngineModel:
     def _decode(self, plan: list[tuple[SeqState, list[int]]], logits_rows: set[int]) -> int:
         return self._start_decode(plan, logits_rows)()
 
-    def _start_decode(self, plan: list[tuple[SeqState, list[int]]], logits_rows: set[int]) -> Callable[[], int]:
-        """Start `decoder.decode` on the compute thread (compute.py); the returned `wait()` gives its code."""
+    def _start_decode(
+        self, plan: list[tuple[SeqState, list[int]]], logits_rows: set[int], overlap: bool = False
+    ) -> Callable[[], int]:
+        """`decoder.decode`, whose returned `wait()` gives its code. With `overlap` it runs on the compute thread
+        (compute.py), the caller working on meanwhile; without, here at once (its C call alone goes to the compute
+        thread): two thread hand-offs fewer around the decoder's own Python when nothing is to overlap."""
         batch: list[BatchRow] = []
         for state, tokens in plan:
             assert state.slot is not None
@@ -172,7 +177,16 @@ class EngineModel:
             self.decode_threads.append(threading.get_ident())
         started = time.perf_counter()
         self.decoding = True
-        waiting = compute.start(self.decoder.decode, batch, logits_rows)
+        if overlap:
+            waiting = compute.start(self.decoder.decode, batch, logits_rows)
+        else:
+            try:
+                rc = self.decoder.decode(batch, logits_rows)
+            except BaseException:
+                self.decoding = False
+                self.decode_seconds += time.perf_counter() - started
+                raise
+            waiting = lambda: rc  # noqa: E731
 
         def wait() -> int:
             try:
