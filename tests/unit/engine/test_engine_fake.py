@@ -10,15 +10,19 @@ its token ids.
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llmhost.config import ModelConfig
 from llmhost.domain.errors import InvalidInput
 from llmhost.domain.types import InferencingParams, StreamChunk
+from llmhost.engine.local import compute
 from llmhost.engine.local.engine import LlamaCppEngine
 from llmhost.engine.local.fake_decoder import EOG, FakeDecoder
 from llmhost.engine.local.model import EngineModel
@@ -30,11 +34,19 @@ GREEDY = InferencingParams(max_tokens=6, temperature=0.0, repeat_penalty=1.0)
 
 
 def engine(
-    slots: int = 2, n_ctx: int = 48, n_batch: int = 8, prefix_cache: bool = True
+    slots: int = 2, n_ctx: int = 48, n_batch: int = 8, prefix_cache: bool = True, overlap: bool = False
 ) -> tuple[LlamaCppEngine, FakeDecoder]:
+    """`overlap`: the scheduler reports a step's tokens during the next decode (as where the decode leaves a core
+    free, a GPU); else each token at once (as on a CPU whose cores the decode uses)."""
     decoder = FakeDecoder(n_ctx=n_ctx, n_batch=n_batch, n_slots=slots)
     config = ModelConfig(slots=slots, context_length=n_ctx, batch_size=n_batch, prefix_cache=prefix_cache)
-    return LlamaCppEngine({MODEL: config}, Path("/nonexistent"), load=lambda n, c: EngineModel(n, c, decoder)), decoder
+
+    def load(name: str, config: ModelConfig) -> EngineModel:
+        model = EngineModel(name, config, decoder)
+        model.scheduler.overlap = overlap
+        return model
+
+    return LlamaCppEngine({MODEL: config}, Path("/nonexistent"), load=load), decoder
 
 
 def greedy_reference(decoder: FakeDecoder, tokens: list[int], n: int) -> list[int]:
@@ -73,8 +85,9 @@ def test_plan_never_exceeds_the_budget_and_skips_stalled_jobs(jobs: list[tuple[i
 # -- generation through the scheduler ------------------------------------------------------------------------
 
 
-def test_greedy_generation_equals_the_reference_and_frees_its_slot() -> None:
-    eng, decoder = engine()
+@pytest.mark.parametrize("overlap", [False, True])
+def test_greedy_generation_equals_the_reference_and_frees_its_slot(overlap: bool) -> None:
+    eng, decoder = engine(overlap=overlap)
     prompt = "Hello"
     result = eng.infer(MODEL, prompt, GREEDY.model_copy(update={"max_tokens": 10}))
     expected = greedy_reference(decoder, decoder.tokenize(prompt, True), 10)
@@ -85,14 +98,26 @@ def test_greedy_generation_equals_the_reference_and_frees_its_slot() -> None:
     eng.close()
 
 
-def test_concurrent_streams_decode_together_and_match_running_alone() -> None:
-    eng, decoder = engine(slots=4)
+@pytest.mark.parametrize("overlap", [False, True])
+def test_concurrent_streams_decode_together_and_match_running_alone(overlap: bool) -> None:
+    eng, decoder = engine(slots=4, overlap=overlap)
+    threads: list[int] = []
+    decode = decoder.decode
+
+    def recorded(*args: Any) -> int:
+        threads.append(threading.get_ident())
+        return decode(*args)
+
+    decoder.decode = recorded  # type: ignore[method-assign]
     prompts = [f"prompt {i}" for i in range(6)]
     params = GREEDY.model_copy(update={"max_tokens": 8})
     alone = [eng.infer(MODEL, p, params).text for p in prompts]
     streams = [eng.stream(MODEL, p, params) for p in prompts]
     texts = ["".join(e.text for e in s if isinstance(e, StreamChunk)) for s in streams]
     assert texts == alone
+    # With overlap every step's decode ran on the compute thread (the step reported meanwhile); without, on the
+    # thread that ran the step.
+    assert (set(threads) == {compute.run(threading.get_ident)}) == overlap, threads
     assert decoder.violations == [] and eng.model(MODEL).slots.available == 4
     eng.close()
 
@@ -142,11 +167,11 @@ def check_state(decoder: FakeDecoder, seq: LlamaSequence) -> None:
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(OPS, st.integers(1, 3), st.booleans())
+@given(OPS, st.integers(1, 3), st.booleans(), st.booleans())
 def test_random_interleavings_never_leak_and_state_is_always_the_token_ids(
-    ops: list[tuple[object, ...]], slots: int, prefix_cache: bool
+    ops: list[tuple[object, ...]], slots: int, prefix_cache: bool, overlap: bool
 ) -> None:
-    eng, decoder = engine(slots=slots, n_ctx=40, n_batch=8, prefix_cache=prefix_cache)
+    eng, decoder = engine(slots=slots, n_ctx=40, n_batch=8, prefix_cache=prefix_cache, overlap=overlap)
     model = eng.model(MODEL)
     seqs: list[LlamaSequence] = []
     texts: list[str] = []

@@ -5,7 +5,9 @@ its own, which lives as long as that thread. Once the teams hold more threads th
 shortens the spin of every barrier, and a graph has hundreds: its threads sleep and wake at each one. Measured on
 2 cores with SmolLM2: a one-token decode took 8.5 ms from one thread, 12-22 ms while a second calling thread
 merely existed. The scheduler runs steps on whichever reader needs them, and appends, scores and embeddings run
-on the request's thread, so without this every model would pay that. The hand-off costs tens of microseconds.
+on the request's thread, so without this every model would pay that. A hand-off costs about 14 µs here (two plain
+locks; a ThreadPoolExecutor future cost 21 µs). `start` lets the scheduler work on while a decode runs (`run` is
+`start` and wait at once).
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ Each step builds one batch: the next token of every generating slot, then prompt
 in prefill, up to the batch size (so a long prompt never stalls the others); decodes once; samples each slot
 from its own row; hands each generation its events. A step runs on the thread that needs it: a reader waiting
 in next() with nothing to read runs the step itself, so a lone stream costs no wait for another scheduler thread
-per token (only the llama_decode call itself goes to the process's compute thread, compute.py); a
-background thread runs the steps nobody waits for (reading ahead for a reader busy with its last chunk). A
+per token (only the llama_decode call itself goes to the process's compute thread, compute.py; where the decode
+leaves a core free, the whole decode goes there and the step reports the last step's tokens meanwhile: `overlap`);
+a background thread runs the steps nobody waits for (reading ahead for a reader busy with its last chunk). A
 generation whose reader lags `LOOKAHEAD` events behind is skipped, so an unread stream costs little, and a
 cancelled one stops before the next step. When decoding uses every core, the readers a step woke get their turn
 before the next decode (`READER_TURN_S`). New generations wait in the model's admission queue (admission.py)
