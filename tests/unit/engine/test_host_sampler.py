@@ -9,7 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmhost.domain.types import InferencingParams, LogitBias
-from llmhost.engine.local.host_sampler import MAX_HOST_TOP_K, HostSampler, eligible, top_k_indices
+from llmhost.engine.local.host_sampler import (
+    HOST_DRAW_MIN_VOCAB,
+    MAX_HOST_TOP_K,
+    HostSampler,
+    eligible,
+    top_k_indices,
+)
 
 # Few distinct values, so ties are common (ties go to the lower index). Up to 5000 entries: the grouped search
 # (2048 groups) and its tail are used from 2048 on.
@@ -94,7 +100,9 @@ def test_a_draw_keeps_to_top_k_and_top_p_and_follows_its_seed() -> None:
 
 
 def test_eligible_params() -> None:
-    assert eligible(InferencingParams(temperature=0.0, top_k=0))
-    assert eligible(InferencingParams(temperature=0.8, top_k=40))
-    assert not eligible(InferencingParams(temperature=0.8, top_k=0))
-    assert not eligible(InferencingParams(temperature=0.8, top_k=MAX_HOST_TOP_K + 1))
+    big, small = HOST_DRAW_MIN_VOCAB, HOST_DRAW_MIN_VOCAB - 1
+    assert eligible(InferencingParams(temperature=0.0, top_k=0), small)
+    assert eligible(InferencingParams(temperature=0.8, top_k=40), big)
+    assert not eligible(InferencingParams(temperature=0.8, top_k=40), small)
+    assert not eligible(InferencingParams(temperature=0.8, top_k=0), big)
+    assert not eligible(InferencingParams(temperature=0.8, top_k=MAX_HOST_TOP_K + 1), big)

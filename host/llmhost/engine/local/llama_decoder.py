@@ -358,7 +358,7 @@ class LlamaDecoder(LlamaVocabCalls):
         llama.cpp's 0.5 ms candidate copy of a 262k vocabulary), else llama.cpp's chain."""
         from llmhost.engine.local import host_sampler
 
-        if host_sampler.eligible(params):
+        if host_sampler.eligible(params, self.n_vocab):
             window = penalty_window(params, self.n_ctx)
             return host_sampler.HostSampler(self.logits, params, window, sampler_seed(params.seed))
         return LlamaSampler(self, params)
