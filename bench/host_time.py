@@ -134,9 +134,8 @@ def streams(host: Host, model: str, clock: DecodeClock, n: int, tag: str) -> tup
 FEATURES: dict[str, InferencingParams] = {
     "greedy (host sampler)": GREEDY,
     "greedy + repeat penalty 1.1 (host sampler)": GREEDY.model_copy(update={"repeat_penalty": 1.1}),
-    "default draw: top-k 40, top-p 0.9, temperature 0.8, repeat penalty 1.1 (host sampler)": InferencingParams(
-        max_tokens=TOKENS, seed=1
-    ),
+    "default draw: top-k 40, top-p 0.9, temperature 0.8, repeat penalty 1.1 (host sampler for Gemma; "
+    "llama.cpp's chain under 131,072 tokens)": InferencingParams(max_tokens=TOKENS, seed=1),
     "temperature 0.8, top-k off (llama.cpp's chain)": InferencingParams(
         max_tokens=TOKENS, seed=1, top_k=0, top_p=1.0, repeat_penalty=1.0
     ),
