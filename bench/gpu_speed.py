@@ -20,7 +20,6 @@ import json
 import mmap
 import multiprocessing
 import os
-import re
 import statistics
 import struct
 import subprocess
@@ -33,6 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from host_time import concurrent_streams
+from serve import launch
 
 from llmhost import Host, HostConfig, InferencingParams, StreamChunk
 from llmhost.config import ModelConfig
@@ -262,24 +264,9 @@ def chunk_times(started: float, arrivals: list[float]) -> tuple[float, float]:
 
 def streams(host: Host, model: str, clock: SimClock, n: int, tag: str, tokens: int = TOKENS) -> Sample:
     """n concurrent greedy `Host.infer_stream` readers on threads, distinct short prompts; per decode call."""
-    counts: list[int] = []
-
-    def read(prompt: str) -> None:
-        for event in host.infer_stream(model, prompt, greedy(tokens)):
-            if not isinstance(event, StreamChunk):
-                counts.append(event.usage.generated_token_count)
-
-    threads = [
-        threading.Thread(target=read, args=(f"{tag} {i}: Once upon a time, there was a {SUBJECTS[i % 8]} who",))
-        for i in range(n)
-    ]
-    before = clock.read()
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - started
+    readings: list[Reading] = []
+    wall, counts = concurrent_streams(host, model, n, tag, greedy(tokens), lambda: readings.append(clock.read()))
+    before = readings[0]
     assert len(counts) == n, f"{n - len(counts)} of {n} streams failed"
     for count in counts:
         check(count, tokens)
@@ -337,15 +324,7 @@ def start_simulated_server(wasm: Path, cache_dir: Path, config: Path, clock: Pat
     """`llmhost serve` with simulated decoding (this file's `--serve-simulated`), on a free loopback port."""
     command = [sys.executable, str(Path(__file__).resolve()), "--serve-simulated", str(clock)]
     command += ["serve", str(wasm), "-c", str(config), "--listen", "127.0.0.1:0"]
-    env = dict(os.environ, LLMHOST_CACHE_DIR=str(cache_dir))
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
-    assert process.stderr is not None
-    for line in process.stderr:
-        match = re.search(r"listening on http://[\d.]+:(\d+)", line)
-        if match:
-            threading.Thread(target=process.stderr.read, daemon=True).start()  # a full pipe would block the server
-            return process, int(match.group(1))
-    raise RuntimeError("the simulated llmhost serve did not start")
+    return launch(command, cache_dir)
 
 
 def thread_cpu(pid: int) -> dict[str, float]:

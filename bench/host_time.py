@@ -105,26 +105,36 @@ def one_guest(app: Any, command: str, model: str, clock: DecodeClock) -> tuple[f
     return (seconds - clock.seconds) / generated, clock.seconds / generated
 
 
-def streams(host: Host, model: str, clock: DecodeClock, n: int, tag: str) -> tuple[float, float, float]:
-    """n concurrent greedy streams through the Python API: (host seconds per decode call, rows per call,
-    decode seconds per call)."""
+def concurrent_streams(
+    host: Host, model: str, n: int, tag: str, params: InferencingParams, at_start: Callable[[], object]
+) -> tuple[float, list[int]]:
+    """n `Host.infer_stream` readers on threads at once, distinct short prompts; `at_start()` runs just before
+    they start. Returns the wall seconds and each finished stream's generated token count."""
+    counts: list[int] = []
 
     def read(prompt: str) -> None:
-        for event in host.infer_stream(model, prompt, GREEDY):
+        for event in host.infer_stream(model, prompt, params):
             if not isinstance(event, StreamChunk):
-                assert event.usage.generated_token_count == TOKENS, event
+                counts.append(event.usage.generated_token_count)
 
     threads = [
         threading.Thread(target=read, args=(f"{tag} {i}: Once upon a time, there was a {SUBJECTS[i % 8]} who",))
         for i in range(n)
     ]
-    clock.reset()
+    at_start()
     started = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    wall = time.perf_counter() - started
+    return time.perf_counter() - started, counts
+
+
+def streams(host: Host, model: str, clock: DecodeClock, n: int, tag: str) -> tuple[float, float, float]:
+    """n concurrent greedy streams through the Python API: (host seconds per decode call, rows per call,
+    decode seconds per call)."""
+    wall, counts = concurrent_streams(host, model, n, tag, GREEDY, clock.reset)
+    assert counts == [TOKENS] * n, counts
     return (wall - clock.seconds) / clock.calls, clock.rows / clock.calls, clock.seconds / clock.calls
 
 

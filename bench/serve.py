@@ -40,7 +40,11 @@ def start_server(wasm: Path, cache_dir: Path, config: Path | None = None) -> tup
         config = Path(tempfile.mkdtemp()) / "bench.toml"
         config.write_text('[engine]\nkind = "fake"\n')
     command = [str(Path(sys.executable).with_name("llmhost")), "serve", str(wasm), "-c", str(config)]
-    command += ["--listen", "127.0.0.1:0"]
+    return launch([*command, "--listen", "127.0.0.1:0"], cache_dir)
+
+
+def launch(command: list[str], cache_dir: Path) -> tuple[subprocess.Popen[str], int]:
+    """Start a `... serve ... --listen 127.0.0.1:0` command; returns the process and the port it listens on."""
     env = dict(os.environ, LLMHOST_CACHE_DIR=str(cache_dir))
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
     assert process.stderr is not None
