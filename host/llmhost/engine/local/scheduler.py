@@ -357,7 +357,7 @@ class Scheduler:
         self.steps = 0
         self.attempts = 0  # steps tried, including those that could do nothing (tests: waiting never spins)
         self.readers: list[LlamaGeneration] = []  # woken by the last step's events, with a chunk to handle
-        self._unreported: list[LlamaGeneration] = []  # jobs that took a token the last step and have not reported it
+        self._to_report: list[LlamaGeneration] = []  # jobs that took a token the last step and have not reported it
         self.reader_turn_s = READER_TURN_S if model.cpu_bound else 0.0
         # Report the last step's tokens while the next decode runs, where the decode leaves a core free (a GPU, or
         # spare cores): where it needs every core, Python running beside it stalls its threads at every barrier
@@ -467,7 +467,7 @@ class Scheduler:
             self._background_cv.notify()
 
     def _runnable(self) -> bool:
-        return bool(self._waiting or self._unreported) or any(not j.waiting_unread for j in self._active)
+        return bool(self._waiting or self._to_report) or any(not j.waiting_unread for j in self._active)
 
     def _may_step(self) -> bool:
         return not self._stepping and self._runnable() and time.monotonic() >= self._stalled_until
@@ -595,7 +595,7 @@ class Scheduler:
         return admitted or bool(decoded)
 
     def _taken(self) -> list[LlamaGeneration]:
-        taken, self._unreported = self._unreported, []
+        taken, self._to_report = self._to_report, []
         return taken
 
     def _report(self, jobs: list[LlamaGeneration]) -> bool:
@@ -649,7 +649,7 @@ class Scheduler:
             else:
                 job.take(token, None)
             if self.overlap and job.text.token_ids:
-                self._unreported.append(job)
+                self._to_report.append(job)
             else:
                 self._report([job])
         return len(rows)
