@@ -3,7 +3,7 @@
 Why: `llama_sampler_sample` first copies the whole row into a 262,144-entry candidate array (Gemma's vocabulary),
 then runs the chain over it: 0.5 ms per token even for greedy, most of the host's time per token and more than a
 GPU decode step's share. Here greedy is one `argmax` (~20 µs), and top-k sampling finds its candidates from
-block maxima (~60 µs). Pure logic over a float32 row, so it is tested against brute force
+column maxima (~75 µs for top-k 40). Pure logic over a float32 row, so it is tested against brute force
 (tests/unit/engine/test_host_sampler.py) and, on the real model, against llama.cpp's own chain.
 
 Semantics, in llama.cpp's chain order: logit bias → repeat/frequency/presence penalties over the last N accepted
@@ -127,7 +127,7 @@ class HostSampler:
             values = logits[ids]
             values = np.where(values <= 0, values * self._repeat, values / self._repeat)
             counts = np.array([self._counts[t] for t in ids.tolist()], dtype=np.float32)
-            values -= counts * self._frequency + np.float32(1) * self._presence
+            values -= counts * self._frequency + self._presence  # every counted token is present
             logits[ids] = values
         return changed, saved
 

@@ -132,12 +132,12 @@ class EngineModel:
 
     def start_rows(self, rows: list[Row], overlap: bool = False) -> Callable[[], list[Row]]:
         """Start decoding one scheduler step: every row's tokens of its sequence in one batch. Rows that ask to
-        sample get `sample_at` set to their batch index. The decode runs on the compute thread while the caller
-        works on (on nothing that touches this model's context or makes another compute call) until it calls the
-        returned `wait()` (once), which gives the rows decoded; with `overlap`, once the decode is under way in C
-        (compute.start). When the decoder finds no room in the KV cache
-        (code 1), the batch is shrunk (prefill chunks dropped from the end) and retried; what was left out runs
-        next step."""
+        sample get `sample_at` set to their batch index. The returned `wait()` (called once) gives the rows decoded.
+        With `overlap` the decode runs on the compute thread and this returns once it is under way in C
+        (compute.start): the caller works on meanwhile, on nothing that touches this model's context or makes
+        another compute call. Without, the decode is done before this returns. When the decoder finds no room in
+        the KV cache (code 1), the batch is shrunk (prefill chunks dropped from the end) and retried; what was left
+        out runs next step."""
         plan: list[tuple[SeqState, list[int]]] = []
         logits_rows: set[int] = set()
         index = 0
@@ -177,14 +177,18 @@ class EngineModel:
             self.decode_threads.append(threading.get_ident())
         started = time.perf_counter()
         self.decoding = True
+
+        def ended() -> None:
+            self.decoding = False
+            self.decode_seconds += time.perf_counter() - started
+
         if overlap:
             waiting = compute.start(self.decoder.decode, batch, logits_rows)
         else:
             try:
                 rc = self.decoder.decode(batch, logits_rows)
             except BaseException:
-                self.decoding = False
-                self.decode_seconds += time.perf_counter() - started
+                ended()
                 raise
             waiting = lambda: rc  # noqa: E731
 
@@ -196,8 +200,7 @@ class EngineModel:
                         state.aligned = aligned_after(state.aligned, state.n_kv, len(tokens), self.chunk)
                 return rc
             finally:
-                self.decoding = False
-                self.decode_seconds += time.perf_counter() - started
+                ended()
 
         return wait
 
