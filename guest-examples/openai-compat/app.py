@@ -20,7 +20,7 @@ from itertools import accumulate
 from urllib.parse import unquote
 
 from componentize_py_types import Err
-from llmhost_guest import Done, InvalidInput, LlmError, ModelNotSupported, Sequence, interleave, llm
+from llmhost_guest import Done, InvalidInput, LlmError, ModelNotSupported, Sequence, Usage, interleave, llm
 from responses import handle_responses, responses_request
 from validate import BadRequest, chat_request, completion_request, embedding_request, model_not_found
 from wit_world import exports
@@ -84,6 +84,64 @@ def completion_logprobs(entries, offset=0):
     }
 
 
+def check_token_ids(items, names, model):
+    """Token-id prompts and inputs: every id in the model's vocabulary (a 400 naming the element, `input[1][3]`)."""
+    size = None
+    for item, name in zip(items, names, strict=True):
+        if isinstance(item, str):
+            continue
+        size = size or llm.model_info(model).vocab_size
+        bad = next((j for j, token in enumerate(item) if token >= size), None)
+        if bad is not None:
+            message = f"'{name}[{bad}]' is token id {item[bad]}, which is not in the vocabulary ({size} tokens)"
+            raise BadRequest(message, f"{name}[{bad}]")
+
+
+def echo_logprobs(echo):
+    """The prompt's part of an echoed answer's `logprobs`: the first token has none (nothing predicts it)."""
+    tokens, values, tops = [echo.first], [None], [None]
+    for e in echo.entries[1:]:
+        tokens.append(e.text.decode("utf-8", "replace"))
+        values.append(e.logprob)
+        tops.append({b.decode("utf-8", "replace"): lp for _, b, lp in e.top})
+    return {
+        "tokens": tokens,
+        "token_logprobs": values,
+        "top_logprobs": tops,
+        "text_offset": list(accumulate(map(len, tokens), initial=0))[:-1],
+    }
+
+
+def joined_logprobs(first, rest):
+    return {key: first[key] + rest[key] for key in first}
+
+
+class Echo:
+    """A prompt echoed back (`echo: true`): its text and, with `logprobs`, each token's entry (the first None)."""
+
+    def __init__(self, text, entries=None, first=""):
+        self.text, self.entries, self.first = text, entries, first
+
+
+class EchoOnly:
+    """The events of choices that generate nothing (`echo` with `max_tokens` 0): each ends at once."""
+
+    def __init__(self, usages):
+        self.events = [(i, Done("length", usage)) for i, usage in enumerate(usages)]
+
+    def __iter__(self):
+        return iter(self.events)
+
+    def close(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        self.close()
+
+
 def check_logit_bias(req):
     """Token ids must be in the model's vocabulary (a 400 naming `logit_bias`, not a host error)."""
     if req.logit_bias:
@@ -102,6 +160,7 @@ class Exchange:
         self.created = int(time.time())
         self.object = "chat.completion" if chat else "text_completion"
         self.logprobs = req.params["logprobs"] is not None
+        self.echoes = []  # per choice, with `echo`: its prompt's `Echo`
 
     def params(self, k=0):
         """The SDK keywords of choice k: choice k uses seed + k (seeded choices differ, and repeat run to run)."""
@@ -118,8 +177,11 @@ class Exchange:
     def choice(self, index, text, reason, logprobs, calls=()):
         """A whole choice of a non-streamed answer."""
         if not self.chat:
-            lp = completion_logprobs(logprobs) if self.logprobs else None
-            return {"index": index, "text": text, "logprobs": lp, "finish_reason": reason}
+            echo = self.echoes[index] if self.echoes else Echo("")
+            lp = completion_logprobs(logprobs, len(echo.text)) if self.logprobs else None
+            if lp is not None and echo.entries is not None:
+                lp = joined_logprobs(echo_logprobs(echo), lp)
+            return {"index": index, "text": echo.text + text, "logprobs": lp, "finish_reason": reason}
         message = {"role": "assistant", "content": text, "refusal": None}
         if calls:
             message["tool_calls"] = [
@@ -153,6 +215,10 @@ class Exchange:
         usages, offsets, ended = [None] * count, [0] * count, set()
         if self.chat:
             self.send(*(self.delta(i, {"role": "assistant", "content": ""}) for i in range(count)))
+        for i, echo in enumerate(self.echoes):  # the prompt first, as its own chunk
+            lp = echo_logprobs(echo) if self.logprobs else None
+            self.send({"index": i, "text": echo.text, "logprobs": lp, "finish_reason": None})
+            offsets[i] = len(echo.text)
         try:
             for i, event in events:
                 if isinstance(event, Done):
@@ -205,18 +271,41 @@ class Exchange:
         return json_response(200, self.envelope(choices, usage))
 
     def forks(self, prompts):
-        """n choices of each prompt: forks of one sequence per prompt, all decoding together."""
+        """n choices of each prompt (a text or token ids): forks of one sequence per prompt, all decoding together.
+        With `echo`, each choice starts with its prompt (and the prompt's logprobs, one decode per batch)."""
         seqs = []
         try:
             for prompt in prompts:
-                root = Sequence(self.req.model, prompt)
-                seqs += [root, *(root.fork() for _ in range(self.req.n - 1))]
+                root = Sequence(self.req.model)
+                seqs.append(root)
+                echo = self.prefill(root, prompt)
+                seqs += [root.fork() for _ in range(self.req.n - 1)]
+                self.echoes += [echo] * self.req.n if echo else []
+            if self.req.max_tokens == 0:  # `echo` alone: nothing is generated
+                events = EchoOnly([Usage(seq.token_count, 0) for seq in seqs])
+                return (self.stream if self.req.stream else self.collect)(events, len(seqs), len(prompts))
             openers = [lambda k=k, seq=seq: seq.stream(**self.params(k)) for k, seq in enumerate(seqs)]
             events = interleave(openers)  # at most 4 (a model's default slots) generate at once
             return (self.stream if self.req.stream else self.collect)(events, len(seqs), len(prompts))
         finally:
             for seq in seqs:
                 seq.close()
+
+    def prefill(self, seq, prompt):
+        """Put `prompt` into `seq`; with `echo`, the `Echo` of it (with `logprobs`: every token's entry)."""
+        req = self.req
+        if not req.echo:
+            seq.append(prompt) if isinstance(prompt, str) else seq.append_tokens(prompt)
+            return None
+        ids = llm.tokenize(prompt, req.model) if isinstance(prompt, str) else prompt
+        if not self.logprobs:
+            seq.append_tokens(ids)
+            return Echo(prompt if isinstance(prompt, str) else seq.text)
+        entries = seq.append_tokens_with_logprobs(ids, req.logprobs)
+        with Sequence(req.model) as first:  # the first token's text (no entry carries it)
+            first.append_tokens(ids[:1])
+            first_text = first.text
+        return Echo(prompt if isinstance(prompt, str) else seq.text, entries, first_text)
 
 
 def handle_chat(req, writer):
@@ -235,8 +324,9 @@ def handle_chat(req, writer):
 
 def handle_completions(req, writer):
     check_logit_bias(req)
+    check_token_ids(req.prompt, req.prompt_names, req.model)
     ex = Exchange(req, writer, chat=False)
-    if req.n > 1 or len(req.prompt) > 1:
+    if req.n > 1 or len(req.prompt) > 1 or req.echo or not isinstance(req.prompt[0], str):
         return ex.forks(req.prompt)
     if req.stream:
         return ex.stream(interleave([lambda: llm.stream(req.prompt[0], req.model, **ex.params())]), 1)
@@ -246,13 +336,21 @@ def handle_completions(req, writer):
 
 
 def handle_embeddings(req, writer):
-    vectors = llm.embed(req.input, req.model)
+    check_token_ids(req.input, req.input_names, req.model)
+    texts = [item for item in req.input if isinstance(item, str)]
+    ids = [item for item in req.input if not isinstance(item, str)]
+    embedded = {
+        True: llm.embed(texts, req.model) if texts else [],
+        False: llm.embed_tokens(ids, req.model) if ids else [],
+    }
+    parts = {kind: iter(vectors) for kind, vectors in embedded.items()}
     data = []
-    for i, vector in enumerate(vectors):
+    for i, vector in enumerate(next(parts[isinstance(item, str)]) for item in req.input):
         if req.encoding_format == "base64":
             vector = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
         data.append({"object": "embedding", "index": i, "embedding": vector})
-    tokens = vectors.usage.prompt_tokens
+    # Every token the model evaluated, a beginning-of-sequence token included (as llama-server and OpenAI count).
+    tokens = sum(vectors.usage.prompt_tokens for vectors in embedded.values() if vectors)
     usage = {"prompt_tokens": tokens, "total_tokens": tokens}
     return json_response(200, {"object": "list", "data": data, "model": req.model, "usage": usage})
 
@@ -262,8 +360,12 @@ def handle_models(model_id=None):
     if model_id is None:
         return json_response(200, {"object": "list", "data": models})
     found = next((model for model in models if model["id"] == model_id), None)
-    if found is None:
-        raise model_not_found(model_id)
+    if found is None:  # an alias the host config gives a model (`aliases`) is found under the name asked for
+        try:
+            llm.model_info(model_id)
+        except LlmError:
+            raise model_not_found(model_id) from None
+        found = {"id": model_id, "object": "model", "created": 0, "owned_by": "llmhost"}
     return json_response(200, found)
 
 
@@ -288,11 +390,24 @@ POST_ROUTES = {
 }
 
 
-def route(request, writer):
-    path = request.path_with_query.split("?", 1)[0].rstrip("/")
-    # Served under a route prefix (e.g. "/team-a/v1"): the guest sees the full path; the API starts at /v1.
+def api_path(path):
+    """The endpoint's path with its /v1 prefix. Served under a route prefix (e.g. "/team-a/v1"), the guest sees the
+    full path: the API starts at /v1. Clients whose base URL lacks /v1 (`http://host:8080`) send /chat/completions:
+    each endpoint is found by its own ending then (as llama-server serves both)."""
     prefix = path.find("/v1/")
-    path = path[prefix:] if prefix > 0 else path
+    if prefix >= 0:
+        return path[prefix:]
+    for endpoint in POST_ROUTES:
+        if path.endswith(endpoint[len("/v1") :]):
+            return endpoint
+    models = path.rfind("/models")
+    if models >= 0 and path[models:].count("/") <= 2:  # /models or /models/{id}
+        return "/v1" + path[models:]
+    return path
+
+
+def route(request, writer):
+    path = api_path(request.path_with_query.split("?", 1)[0].rstrip("/"))
     if path == "/v1/models" or path.startswith("/v1/models/"):
         if request.method != "GET":
             raise BadRequest(f"{path} takes GET", status=405, code="method_not_allowed")

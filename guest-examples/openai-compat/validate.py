@@ -264,17 +264,40 @@ def response_format(value, param):
     raise BadRequest(f"'{param}.type' must be text, json_object or json_schema; got {kind!r}", f"{param}.type")
 
 
+def token_id(value, param):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise BadRequest(f"'{param}' must be a token id (an integer >= 0); got {json.dumps(value)}", param)
+    return value
+
+
 def texts(value, param, kind="prompts"):
-    """A string or a non-empty list of strings (`prompt`; `input`, whose strings must not be empty)."""
-    values = [value] if isinstance(value, str) else value
-    if not isinstance(values, list) or not values:
-        raise wrong(param, "a string or a non-empty array of strings", value)
-    for i, text in enumerate(values):
-        if is_number(text) or isinstance(text, list):
-            raise BadRequest(f"token-id {kind} are not supported: send text", param)
-        if not string(text, f"{param}[{i}]" if kind == "input" else param) and kind == "input":
-            raise BadRequest(f"'{param}[{i}]' must not be empty", param)
-    return values
+    """The shapes OpenAI allows for `prompt` and `input`: a string, a list of strings, a list of token ids, or a
+    list of lists of token ids. Returns a list of items (a string, or a list of ids), and for each the name of its
+    elements' parent (`input[1]`, or `input` for one flat list), so a bad id is named `input[1][3]`."""
+    expected = "a string, an array of strings, an array of token ids or an array of arrays of token ids"
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise wrong(param, expected, value)
+    if not value:
+        raise BadRequest(f"'{param}' must not be empty", param, code="empty_array")
+    if all(is_number(v) for v in value):  # one prompt of token ids
+        return [[token_id(v, f"{param}[{j}]") for j, v in enumerate(value)]], [param]
+    items, names = [], []
+    for i, item in enumerate(value):
+        name = f"{param}[{i}]"
+        if isinstance(item, list):
+            if not item:
+                raise BadRequest(f"'{name}' must hold at least one token id", name, code="empty_array")
+            items.append([token_id(v, f"{name}[{j}]") for j, v in enumerate(item)])
+        elif isinstance(item, str):
+            if not item and kind == "input":
+                raise BadRequest(f"'{name}' must not be empty", name)
+            items.append(item)
+        else:
+            raise wrong(name, "a string or an array of token ids", item)
+        names.append(name)
+    return items, names
 
 
 # -- the routes' fields, checked in this order ----------------------------------------------------------------------
@@ -307,10 +330,10 @@ CHAT = {
 }
 COMPLETION = {
     **SAMPLING,
-    "max_tokens": number(1, None, 16, int),
+    "max_tokens": number(0, None, 16, int),  # 0: with `echo`, the prompt alone (how harnesses score a text)
     "prompt": texts,
-    "logprobs": number(0, 5, None, int),  # the legacy `logprobs`: how many top tokens
-    "echo": refused("'echo' is not supported", (None, False)),
+    "logprobs": number(0, 20, None, int),  # the legacy `logprobs`: how many top tokens (OpenAI: 5; the host: 20)
+    "echo": boolean(),
     "suffix": refused("'suffix' (insertion) is not supported"),
     "best_of": number(1, MAX_N, None, int),
 }
@@ -364,6 +387,9 @@ def chat_request(body):
 
 def completion_request(body):
     req = parse(body, COMPLETION)
+    req.prompt, req.prompt_names = req.prompt
+    if req.max_tokens == 0 and not req.echo:
+        raise BadRequest("'max_tokens' 0 returns nothing without 'echo': ask for at least 1 token", "max_tokens")
     if req.best_of is not None and req.best_of != req.n:
         raise BadRequest("'best_of' other than 'n' is not supported", "best_of")
     if len(req.prompt) * req.n > MAX_N:
@@ -372,4 +398,6 @@ def completion_request(body):
 
 
 def embedding_request(body):
-    return parse(body, EMBEDDING)
+    req = parse(body, EMBEDDING)
+    req.input, req.input_names = req.input
+    return req

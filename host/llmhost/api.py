@@ -18,9 +18,10 @@ from wasmtime import Engine as WasmEngine
 from wasmtime import Store, WasmtimeError
 from wasmtime.component import Component, FuncType, Instance, Linker
 
-from llmhost.config import HostConfig
+from llmhost.config import HostConfig, alias_map
 from llmhost.domain.types import (
     DEFAULT_PARAMS,
+    EmbeddingInput,
     EmbeddingsResult,
     InferenceResult,
     InferencingParams,
@@ -72,6 +73,7 @@ class ModelSummary:
     name: str
     context_length: int
     path: Path | None  # None: the built-in default model
+    aliases: tuple[str, ...] = ()  # other names it answers to (`models.NAME.aliases`)
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,7 @@ class Host:
     def load(self, path: str | Path, *, allowed_models: Iterable[str] | None = None) -> App:
         """Load (compiling on first use) a component of the `command` world.
 
-        `allowed_models`: the models this component may use (None: every configured model).
+        `allowed_models`: the models this component may use, by name or alias (None: every configured model).
         """
         path = Path(path)
         problems = sandbox_problems(self.config.sandbox)
@@ -174,7 +176,7 @@ class Host:
         _check_component(path, loaded.component, wasm_engine)
         if self.config.sandbox.timeout_s is not None:
             self._start_ticker(wasm_engine)
-        allowed = frozenset(allowed_models) if allowed_models is not None else None
+        allowed = self._allowed(allowed_models)
         linker = build_linker(wasm_engine, loaded.component, self._llm.restricted_to(allowed), self.limits)
         return App(self, path, loaded, linker, wasm_engine)
 
@@ -194,9 +196,16 @@ class Host:
         wasm_engine, loaded = self._load_component(path)
         self._start_ticker(wasm_engine)
         # `allowed_key`: the config key that grants the models, named when a model is refused.
-        llm = self._llm.restricted_to(frozenset(allowed_models) if allowed_models is not None else None, allowed_key)
+        llm = self._llm.restricted_to(self._allowed(allowed_models), allowed_key)
         linker = build_linker(wasm_engine, loaded.component, llm, self.limits, extra=extra)
         return LinkedComponent(wasm_engine, loaded.component, linker, loaded.compiled)
+
+    def _allowed(self, models: Iterable[str] | None) -> frozenset[str] | None:
+        """An allow-list as the service checks it: an alias (`models.NAME.aliases`) grants its model."""
+        if models is None:
+            return None
+        aliases = alias_map(self.config.models)
+        return frozenset(aliases.get(model, model) for model in models)
 
     def _load_component(self, path: Path) -> tuple[WasmEngine, LoadedComponent]:
         if not path.is_file():
@@ -242,12 +251,13 @@ class Host:
     def model_info(self, model: str) -> ModelInfo:
         return self._llm.model_info(model)
 
-    def embeddings(self, model: str, texts: list[str]) -> EmbeddingsResult:
+    def embeddings(self, model: str, texts: Sequence[EmbeddingInput]) -> EmbeddingsResult:
+        """One vector per text, or per token-id list (its ids as they are: no beginning-of-sequence token added)."""
         return self._llm.embeddings(model, texts)
 
     def models(self) -> list[ModelSummary]:
         return [
-            ModelSummary(name=name, context_length=model.context_length, path=model.path)
+            ModelSummary(name=name, context_length=model.context_length, path=model.path, aliases=model.aliases)
             for name, model in self.config.models.items()
         ]
 

@@ -268,19 +268,21 @@ def serve(settings: Settings, app: Path | None, config_path: Path | None, listen
 @click.pass_obj
 @reports_errors
 def models(settings: Settings) -> None:
-    """List the configured models: name, context length, file."""
+    """List the configured models: name, context length, aliases (comma-separated; `-`: none), file."""
     from llmhost.api import Host
 
     with Host(settings.config()) as host:
         summaries = host.models()
     from llmhost.domain.limits import DEFAULT_MODEL
 
+    aliases = {m.name: ",".join(m.aliases) or "-" for m in summaries}
     width = max([len("NAME"), *(len(m.name) for m in summaries)])
-    click.echo(f"{'NAME':<{width}}  {'CONTEXT':>7}  PATH")
+    alias_width = max([len("ALIASES"), *(len(a) for a in aliases.values())])
+    click.echo(f"{'NAME':<{width}}  {'CONTEXT':>7}  {'ALIASES':<{alias_width}}  PATH")
     for model in summaries:
         builtin = "(built-in default)" if model.name == DEFAULT_MODEL else "(built-in)"
         path = str(model.path) if model.path is not None else builtin
-        click.echo(f"{model.name:<{width}}  {model.context_length:>7}  {path}")
+        click.echo(f"{model.name:<{width}}  {model.context_length:>7}  {aliases[model.name]:<{alias_width}}  {path}")
 
 
 @cli.command()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from llmhost.domain.limits import (
     BUILTIN_MODELS,
@@ -58,6 +59,9 @@ class ModelConfig(_Section):
     # `tokenizer.chat_template`: inline text, or a file (relative to the config file). Inline wins.
     chat_template: str | None = None
     chat_template_file: Path | None = None
+    # Other names this model answers to everywhere (requests, allow-lists), e.g. hosted models' names so that an
+    # OpenAI client configured for one works unchanged. An alias is no model's name and no other alias.
+    aliases: tuple[Annotated[str, Field(min_length=1)], ...] = ()
 
     # --- where the model runs (docs/scale-out.md) ---------------------------------------------------------
     # "llama-cpp": in this process. "openai": on remote OpenAI-compatible servers (vLLM, SGLang, llama.cpp's
@@ -107,6 +111,26 @@ class FakeEngineConfig(_Section):
 EngineConfig = Annotated[LlamaCppEngineConfig | FakeEngineConfig, Field(discriminator="kind")]
 
 
+def alias_map(models: Mapping[str, ModelConfig]) -> dict[str, str]:
+    """Each alias (`models.NAME.aliases`) -> the name of the model it stands for."""
+    return {alias: name for name, model in models.items() for alias in model.aliases}
+
+
+def check_aliases(models: dict[str, ModelConfig]) -> dict[str, ModelConfig]:
+    """An alias names one model: it is no model's name and is listed once. Errors name both places."""
+    seen: dict[str, str] = {}  # alias -> the key that lists it
+    for name, model in models.items():
+        key = f"`models.{name}.aliases`"
+        for alias in model.aliases:
+            if alias in models:
+                raise ValueError(f"alias {alias!r} in {key} is also a model's name (`models.{alias}`)")
+            if alias in seen:
+                where = f"twice in {key}" if seen[alias] == key else f"in {seen[alias]} and in {key}"
+                raise ValueError(f"alias {alias!r} is listed {where} (an alias names one model)")
+            seen[alias] = key
+    return models
+
+
 class SandboxConfig(_Section):
     """What guests may reach. Everything is off by default: stdout/stderr only."""
 
@@ -145,6 +169,11 @@ class HostConfig(_Section):
     # Cranelift compiles it in the background for the next run; "optimized": always wait for Cranelift.
     # Default: $LLMHOST_COMPILE_STRATEGY, else "fast-first".
     compile_strategy: CompileStrategy = Field(default_factory=_default_compile_strategy)
+
+    @field_validator("models")
+    @classmethod
+    def _valid_aliases(cls, models: dict[str, ModelConfig]) -> dict[str, ModelConfig]:
+        return check_aliases(models)
 
 
 def default_cache_dir() -> Path:

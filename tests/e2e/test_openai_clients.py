@@ -175,10 +175,10 @@ def test_malformed_other_requests_and_bodies_get_400(server: Server) -> None:
     assert post(server, "/v1/chat/completions", b"{not json")[0] == 400
     assert post(server, "/v1/chat/completions", [1, 2])[0] == 400
     assert post(server, "/v1/completions", {"model": MODEL, "prompt": 5})[1]["error"]["param"] == "prompt"
-    assert post(server, "/v1/completions", {"model": MODEL, "prompt": "x", "logprobs": 9})[1]["error"]["param"] == (
+    assert post(server, "/v1/completions", {"model": MODEL, "prompt": "x", "logprobs": 21})[1]["error"]["param"] == (
         "logprobs"
     )
-    assert post(server, "/v1/embeddings", {"model": MODEL, "input": [1.5, "x"]})[1]["error"]["param"] == "input"
+    assert post(server, "/v1/embeddings", {"model": MODEL, "input": [1.5, "x"]})[1]["error"]["param"] == "input[0]"
     assert post(server, "/v1/embeddings", {"model": MODEL, "input": "x", "dimensions": 8})[0] == 400
 
 

@@ -67,10 +67,10 @@ def test_models(fake_config_file: Path) -> None:
     result = invoke("-c", str(fake_config_file), "models")
     assert result.exit_code == 0, result.stderr
     header, *rows = result.stdout.splitlines()
-    assert header.split() == ["NAME", "CONTEXT", "PATH"]
-    assert [row.split(maxsplit=2) for row in rows] == [
-        ["gemma-3-270m", "4096", "(built-in default)"],
-        ["smollm2-135m", "4096", "(built-in)"],
+    assert header.split() == ["NAME", "CONTEXT", "ALIASES", "PATH"]
+    assert [row.split(maxsplit=3) for row in rows] == [
+        ["gemma-3-270m", "4096", "-", "(built-in default)"],
+        ["smollm2-135m", "4096", "-", "(built-in)"],
     ]
 
 

@@ -6,6 +6,7 @@ Nothing here knows about wasmtime or llama.cpp: `abi` converts these to and from
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Literal
 
@@ -322,6 +323,12 @@ def check_continuations(continuations: list[str]) -> None:
         raise InvalidInput(f"score got {len(continuations)} continuations; at most {MAX_SCORE_CONTINUATIONS} per call")
 
 
+def check_logprobs_top(top: int) -> None:
+    """The alternatives per token of `sequence.append-tokens-with-logprobs` (as `logprobs` in params)."""
+    if not 0 <= top <= MAX_TOP_LOGPROBS:
+        raise InvalidInput(f"top must be 0 to {MAX_TOP_LOGPROBS} alternatives per token, got {top}")
+
+
 def check_next_token_top(top: int) -> None:
     if not 1 <= top <= MAX_NEXT_TOKEN_TOP:
         raise InvalidInput(f"top must be 1 to {MAX_NEXT_TOKEN_TOP} candidates, got {top}")
@@ -346,9 +353,25 @@ def check_constraint(constraint: Constraint) -> None:
         raise InvalidInput(f"constraint {constraint.kind} is {size} bytes; at most {MAX_CONSTRAINT_BYTES} are allowed")
 
 
-def check_embedding_texts(texts: list[str]) -> None:
+# One input of an embeddings call: a text (tokenized as a prompt is) or token ids (taken as they are).
+EmbeddingInput = str | list[int]
+
+
+def check_embedding_texts(texts: Sequence[EmbeddingInput]) -> None:
     if len(texts) > MAX_EMBEDDING_TEXTS:
-        raise InvalidInput(f"generate-embeddings got {len(texts)} texts; at most {MAX_EMBEDDING_TEXTS} per call")
+        raise InvalidInput(f"generate-embeddings got {len(texts)} inputs; at most {MAX_EMBEDDING_TEXTS} per call")
+
+
+def check_embedding_tokens(inputs: Sequence[EmbeddingInput], n_vocab: int, model: str) -> None:
+    """Token-id inputs: not empty, every id in the vocabulary (the error names the element, `inputs[1][3]`)."""
+    for i, item in enumerate(inputs):
+        if isinstance(item, str):
+            continue
+        if not item:
+            raise InvalidInput(f"inputs[{i}] is empty: an embedding needs at least one token")
+        for j, token in enumerate(item):
+            if not 0 <= token < n_vocab:
+                raise InvalidInput(f"inputs[{i}][{j}] = {token} is not a token of {model} (ids are 0 to {n_vocab - 1})")
 
 
 # Spin's defaults for `params: none` (see the WIT doc of `inferencing-params`).

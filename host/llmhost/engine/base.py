@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, runtime_checkable
 
@@ -11,6 +11,7 @@ from llmhost.config import ModelConfig
 from llmhost.domain.errors import EngineError, ModelNotSupported
 from llmhost.domain.types import (
     BeamParams,
+    EmbeddingInput,
     EmbeddingsResult,
     InferenceResult,
     InferencingParams,
@@ -148,6 +149,13 @@ class TokenSequence(Protocol):
         """The `top` most likely next tokens under the raw distribution, best first (the sequence is unchanged)."""
         ...
 
+    def append_tokens_with_logprobs(
+        self, tokens: list[int], top: int, bounds: Bounds = UNBOUNDED
+    ) -> list[TokenLogprob | None]:
+        """Append token ids; each one's logprob after the tokens before it, with `top` alternatives (None: the
+        first token of an empty sequence)."""
+        ...
+
     def host_bytes(self) -> int:
         """Host memory this sequence holds (its KV state while swapped out)."""
         ...
@@ -172,8 +180,11 @@ class Engine(Protocol):
 
     def infer(self, model: str, prompt: str, params: InferencingParams) -> InferenceResult: ...
 
-    def embeddings(self, model: str, texts: list[str], check: Callable[[], None] | None = None) -> EmbeddingsResult:
-        """`check()` runs between bounded pieces of work and raises `LlmError` to stop (cancel, deadline)."""
+    def embeddings(
+        self, model: str, texts: Sequence[EmbeddingInput], check: Callable[[], None] | None = None
+    ) -> EmbeddingsResult:
+        """Texts, or token-id lists taken as they are. `check()` runs between bounded pieces of work and raises
+        `LlmError` to stop (cancel, deadline)."""
         ...
 
     def open_sequence(self, model: str) -> TokenSequence: ...

@@ -7,12 +7,13 @@ Tokens are UTF-8 bytes (id = byte + 3; 1 = beginning of sequence, 2 = end of gen
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from llmhost.domain.errors import EngineError, InvalidInput
 from llmhost.domain.limits import DEFAULT_MODEL
 from llmhost.domain.types import (
+    EmbeddingInput,
     EmbeddingsResult,
     InferenceResult,
     InferencingParams,
@@ -20,6 +21,7 @@ from llmhost.domain.types import (
     StreamDone,
     StreamEvent,
     check_embedding_texts,
+    check_embedding_tokens,
     check_prompt_fits,
     check_text_length,
     check_tokenize_length,
@@ -123,14 +125,19 @@ class FakeEngine:
     def infer(self, model: str, prompt: str, params: InferencingParams) -> InferenceResult:
         return collect(self.stream(model, prompt, params))
 
-    def embeddings(self, model: str, texts: list[str], check: Callable[[], None] | None = None) -> EmbeddingsResult:
+    def embeddings(
+        self, model: str, texts: Sequence[EmbeddingInput], check: Callable[[], None] | None = None
+    ) -> EmbeddingsResult:
         self._check(model)
         check_embedding_texts(texts)
-        vectors = [[float(len(t)), float(sum(t.encode()) % 97)] for t in texts]
+        check_embedding_tokens(texts, 256 + BYTE_OFFSET, model)
         for i, t in enumerate(texts):
-            check_text_length(f"text[{i}]", len(t), self._context_length, self._context_length, 1)
-        count = sum(len(self._tokens(t)) for t in texts)
-        return EmbeddingsResult(embeddings=vectors, prompt_token_count=count)
+            if isinstance(t, str):
+                check_text_length(f"text[{i}]", len(t), self._context_length, self._context_length, 1)
+        # A vector of the tokens: a token-id input's are its ids, as they are (no BOS added).
+        tokens = [self._tokens(t) if isinstance(t, str) else list(t) for t in texts]
+        vectors = [[float(len(t)), float(sum(t) % 97)] for t in tokens]
+        return EmbeddingsResult(embeddings=vectors, prompt_token_count=sum(len(t) for t in tokens))
 
     def open_sequence(self, model: str) -> TokenSequence:
         self._check(model)

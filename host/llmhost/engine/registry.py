@@ -7,22 +7,31 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from llmhost.config import FakeEngineConfig, HostConfig, ModelConfig
+from llmhost.config import FakeEngineConfig, HostConfig, ModelConfig, alias_map
 from llmhost.domain.types import ModelInfo
 from llmhost.engine.base import Engine, configured
 
 
 class Registry:
-    """Model name → the engine that serves it (one engine object may serve many models), in config order."""
+    """Model name → the engine that serves it (one engine object may serve many models), in config order; and each
+    alias (`models.NAME.aliases`) → its model's name."""
 
-    def __init__(self, engines: Mapping[str, Engine], order: list[str] | None = None) -> None:
+    def __init__(
+        self, engines: Mapping[str, Engine], order: list[str] | None = None, aliases: Mapping[str, str] | None = None
+    ) -> None:
         self._engines = dict(engines)
         self._order = order if order is not None else list(engines)
+        self._aliases = dict(aliases or {})
 
     @classmethod
     def of(cls, engine: Engine) -> Registry:
         """Every model of one engine (an engine passed to `Host` by its caller)."""
         return cls(dict.fromkeys(engine.model_names(), engine))
+
+    def canonical(self, name: str) -> str:
+        """The model `name` stands for: its model's name for an alias, else `name` itself (an unknown name too, so
+        that the engine's `model-not-supported` names it). Engines know models by this name only."""
+        return self._aliases.get(name, name)
 
     def engine(self, model: str) -> Engine:
         """The engine of `model`; `ModelNotSupported` naming the configured models when there is none."""
@@ -66,7 +75,8 @@ def create_registry(config: HostConfig, note: Callable[[str], None] | None = Non
         from llmhost.engine.remote.engine import OpenAIEngine
 
         engines.update(dict.fromkeys(remote, OpenAIEngine(remote, cache_dir=config.cache_dir, note=note)))
-    return Registry(engines, [name for name in config.models if name in engines] or list(engines))
+    aliases = {alias: name for alias, name in alias_map(config.models).items() if name in engines}
+    return Registry(engines, [name for name in config.models if name in engines] or list(engines), aliases)
 
 
 def _local_engine(config: HostConfig, models: Mapping[str, ModelConfig], note: Callable[[str], None] | None) -> Engine:

@@ -50,6 +50,10 @@ def define_llm(
             lambda store, model, texts: service.embeddings(model, texts, scope_of(store)),
             abi.embeddings_to_wit,
         ),
+        "generate-embeddings-for-tokens": (
+            lambda store, model, inputs: service.embeddings(model, [list(i) for i in inputs], scope_of(store)),
+            abi.embeddings_to_wit,
+        ),
         "infer-stream": (open_stream, lambda rep: abi.own_resource(rep, STREAM_TYPE_ID)),
         "[method]inference-stream.next": (
             lambda store, this: scope_streams(store, limits).next(abi.resource_rep(store, this)),

@@ -118,6 +118,10 @@ def define_sequences(
             lambda scores: [float(x) for x in scores],
         ),
         "[method]sequence.beam-search": (beam_search, identity),
+        "[method]sequence.append-tokens-with-logprobs": (
+            method(lambda s, tokens, top: s.append_tokens_with_logprobs(list(tokens), top)),
+            abi.optional_logprobs_to_wit,
+        ),
         "[method]sequence.next-token-logprobs": (
             method(lambda s, top: s.next_token_logprobs(top)),
             abi.top_logprobs_to_wit,

@@ -3,13 +3,14 @@
 Every version is served by the same implementation: a component built against 0.1.0 imports the 0.1.0 names
 and gets host functions typed by its own (0.1.0) import types; the only conversion is in `abi` (0.2.0 fields
 absent from a 0.1.0 params record take their defaults; 0.2.0 result fields are simply not lowered). Later
-versions add functions only (0.2.1: `default-params`): a component that does not import one never sees it.
+versions add functions only (0.2.1: `default-params`; 0.2.2: `generate-embeddings-for-tokens` and
+`sequence.append-tokens-with-logprobs`): a component that does not import one never sees it.
 """
 
 from __future__ import annotations
 
 PACKAGE = "llmhost:llm"
-VERSIONS = ("0.1.0", "0.2.0", "0.2.1")
+VERSIONS = ("0.1.0", "0.2.0", "0.2.1", "0.2.2")
 CURRENT = VERSIONS[-1]
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from llmhost.domain.errors import EngineError, InvalidInput
-from llmhost.domain.types import InferencingParams, StreamDone, StreamEvent, TopLogprob
+from llmhost.domain.types import InferencingParams, StreamDone, StreamEvent, TokenLogprob, TopLogprob
 from llmhost.engine.base import UNBOUNDED, Bounds
 
 if TYPE_CHECKING:
@@ -333,6 +333,11 @@ class ScopedSequence:
 
     def next_token_logprobs(self, top: int, bounds: Bounds = UNBOUNDED) -> list[TopLogprob]:
         return self._inner.next_token_logprobs(top, self._scope.bounds())
+
+    def append_tokens_with_logprobs(
+        self, tokens: list[int], top: int, bounds: Bounds = UNBOUNDED
+    ) -> list[TokenLogprob | None]:
+        return self._inner.append_tokens_with_logprobs(tokens, top, self._scope.bounds())
 
     def __len__(self) -> int:
         return len(self._inner)

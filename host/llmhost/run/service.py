@@ -3,7 +3,7 @@ the component's model allow-list, the run's budget and cancellation, then the en
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from llmhost.chat.service import ChatGeneration, ChatService, collect_chat
@@ -20,6 +20,7 @@ from llmhost.domain.types import (
     ChatMessage,
     ChatParams,
     ChatResult,
+    EmbeddingInput,
     EmbeddingsResult,
     InferenceResult,
     InferencingParams,
@@ -59,20 +60,26 @@ class LlmService:
     def _engine(self, model: str) -> Engine:
         return self._registry().engine(model)
 
-    def _check(self, model: str, scope: RunScope | None) -> None:
+    def _check(self, model: str, scope: RunScope | None) -> str:
+        """The name the engine knows `model` by (an alias resolves to its model), once the run is still live and the
+        allow-list grants the model. Every call that takes a model starts here."""
         if scope is not None:
             scope.check()
-        if self._allowed_models is not None and model not in self._allowed_models:
+        name = self._registry().canonical(model)
+        if self._allowed_models is not None and name not in self._allowed_models:
             allowed = ", ".join(sorted(self._allowed_models)) or "none"
+            alias = f" (an alias of {name!r})" if name != model else ""
             raise ModelNotSupported(
-                f"model {model!r} is not allowed for this component (allowed: {allowed}); add it to {self._allowed_key}"
+                f"model {model!r}{alias} is not allowed for this component (allowed: {allowed}); add it to "
+                f"{self._allowed_key}"
             )
+        return name
 
     def infer(
         self, model: str, prompt: str, params: InferencingParams, scope: RunScope | None = None
     ) -> InferenceResult:
         if scope is None:
-            self._check(model, None)
+            model = self._check(model, None)
             return self._engine(model).infer(model, prompt, params)
         return collect(self.infer_stream(model, prompt, params, scope))
 
@@ -80,28 +87,28 @@ class LlmService:
         self, model: str, prompt: str, params: InferencingParams, scope: RunScope | None = None
     ) -> Generation:
         """Validate and start a generation; input errors are raised here, before any token is generated."""
-        self._check(model, scope)
+        model = self._check(model, scope)
         if scope is None:
             return self._engine(model).stream(model, prompt, params)
         return ScopedGeneration(self._engine(model).stream(model, prompt, scope.clamp(params)), scope)
 
     def open_sequence(self, model: str, scope: RunScope | None = None) -> TokenSequence:
-        self._check(model, scope)
+        model = self._check(model, scope)
         sequence = self._engine(model).open_sequence(model)
         return sequence if scope is None else ScopedSequence(sequence, scope)
 
     def tokenize(self, model: str, text: str, scope: RunScope | None = None) -> list[int]:
-        self._check(model, scope)
+        model = self._check(model, scope)
         return self._engine(model).tokenize(model, text)
 
     def default_params(self, model: str, scope: RunScope | None = None) -> InferencingParams:
         """What `infer` uses for `model` when it gets no params (the same for every model today)."""
-        self._check(model, scope)
+        model = self._check(model, scope)
         self._engine(model)  # an unknown model is `model-not-supported`, as for every call
         return DEFAULT_PARAMS
 
     def model_info(self, model: str, scope: RunScope | None = None) -> ModelInfo:
-        self._check(model, scope)
+        model = self._check(model, scope)
         return self._engine(model).model_info(model)
 
     def list_models(self) -> list[ModelInfo]:
@@ -113,7 +120,7 @@ class LlmService:
     def chat_stream(
         self, model: str, messages: list[ChatMessage], params: ChatParams, scope: RunScope | None = None
     ) -> ChatGeneration:
-        self._check(model, scope)
+        model = self._check(model, scope)
         return self._chat.chat_stream(
             model, messages, params, start=lambda m, prompt, p: self.infer_stream(m, prompt, p, scope)
         )
@@ -131,11 +138,14 @@ class LlmService:
         add_generation_prompt: bool,
         scope: RunScope | None = None,
     ) -> str:
-        self._check(model, scope)
+        model = self._check(model, scope)
         return self._chat.apply_template(model, messages, tools, add_generation_prompt)
 
-    def embeddings(self, model: str, texts: list[str], scope: RunScope | None = None) -> EmbeddingsResult:
-        self._check(model, scope)
+    def embeddings(
+        self, model: str, texts: Sequence[EmbeddingInput], scope: RunScope | None = None
+    ) -> EmbeddingsResult:
+        """Texts (`generate-embeddings`) or token-id lists taken as they are (`generate-embeddings-for-tokens`)."""
+        model = self._check(model, scope)
         # Between chunks the call stops when the run is cancelled (disconnect, deadline, shutdown).
         return self._engine(model).embeddings(model, texts, scope.check if scope is not None else None)
 

@@ -222,6 +222,11 @@ def logprobs_to_wit(entries: Iterable[TokenLogprob]) -> list[Record]:
     ]
 
 
+def optional_logprobs_to_wit(entries: Iterable[TokenLogprob | None]) -> list[Record | None]:
+    """`list<option<token-logprob>>`: `None` stays `none`."""
+    return [None if entry is None else logprobs_to_wit([entry])[0] for entry in entries]
+
+
 def top_logprobs_to_wit(entries: Iterable[TopLogprob]) -> list[Record]:
     return [
         _record({"token-id": _u32(top.token_id, "token id"), "bytes": top.bytes, "logprob": top.logprob})

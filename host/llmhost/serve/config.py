@@ -22,6 +22,8 @@ from llmhost.config import (
     SandboxConfig,
     _kebab,
     _Section,
+    alias_map,
+    check_aliases,
     default_cache_dir,
     read_config,
 )
@@ -94,6 +96,11 @@ class AppConfig(_Section):
     def _valid_listen(cls, value: str) -> str:
         parse_listen(value)
         return value
+
+    @field_validator("models")
+    @classmethod
+    def _valid_aliases(cls, models: dict[str, ModelConfig]) -> dict[str, ModelConfig]:
+        return check_aliases(models)
 
     def host_config(self) -> HostConfig:
         return HostConfig(engine=self.engine, models=self.models, cache_dir=self.cache_dir)
@@ -191,6 +198,7 @@ def resolve(config: AppConfig, origin: str, listen: str | None = None) -> ServeS
         if name not in config.components:
             known = ", ".join(sorted(config.components)) or "none"
             raise fail(f"routes.{prefix}", f"no component {name!r} under [components] (defined: {known})")
+    aliases = alias_map(config.models)
     components = {}
     for name, component in config.components.items():
         prefix = f"components.{name}"
@@ -199,11 +207,10 @@ def resolve(config: AppConfig, origin: str, listen: str | None = None) -> ServeS
         if component.read_only_dir is not None and not component.read_only_dir.is_dir():
             raise fail(f"{prefix}.read-only-dir", f"{component.read_only_dir} is not a directory")
         for model in component.allowed_models or []:
-            if model not in config.models:
-                raise fail(
-                    f"{prefix}.allowed-models", f"model {model!r} is not configured (known: {', '.join(config.models)})"
-                )
-        components[name] = _settings(name, component, config.limits, origin)
+            if model not in config.models and model not in aliases:
+                known = ", ".join([*config.models, *aliases])  # a model's alias grants the model
+                raise fail(f"{prefix}.allowed-models", f"model {model!r} is not configured (known: {known})")
+        components[name] = _settings(name, component, config.limits, origin, aliases)
     return ServeSettings(
         host=config.host_config(),
         listen=address,
@@ -219,7 +226,9 @@ def resolve(config: AppConfig, origin: str, listen: str | None = None) -> ServeS
     )
 
 
-def _settings(name: str, component: ComponentConfig, defaults: Limits, origin: str) -> ComponentSettings:
+def _settings(
+    name: str, component: ComponentConfig, defaults: Limits, origin: str, aliases: dict[str, str]
+) -> ComponentSettings:
     overrides = component.limits.model_dump(exclude_none=True)
     limits = defaults.model_copy(update=overrides)
     keys = {
@@ -233,7 +242,9 @@ def _settings(name: str, component: ComponentConfig, defaults: Limits, origin: s
         max_memory_mb=limits.max_memory_mb,
         timeout_s=limits.deadline_s,
     )
-    allowed = frozenset(component.allowed_models) if component.allowed_models is not None else None
+    allowed = (
+        frozenset(aliases.get(m, m) for m in component.allowed_models) if component.allowed_models is not None else None
+    )
     return ComponentSettings(name, component.source, allowed, sandbox, limits, keys, origin)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +16,7 @@ from llmhost.config import ModelConfig
 from llmhost.domain.errors import InvalidInput
 from llmhost.domain.limits import DEFAULT_MODEL
 from llmhost.domain.types import (
+    EmbeddingInput,
     EmbeddingsResult,
     InferenceResult,
     InferencingParams,
@@ -127,7 +128,9 @@ class LlamaCppEngine:
         default_weights = m.config.path is None and model == DEFAULT_MODEL
         return choose_template(model, m.config, m.decoder.chat_template(), default_weights=default_weights)
 
-    def embeddings(self, model: str, texts: list[str], check: Callable[[], None] | None = None) -> EmbeddingsResult:
+    def embeddings(
+        self, model: str, texts: Sequence[EmbeddingInput], check: Callable[[], None] | None = None
+    ) -> EmbeddingsResult:
         return self.model(model).embed(texts, check)
 
     def close(self) -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from llmhost.config import ModelConfig
 from llmhost.domain.errors import EngineError, InvalidInput
 from llmhost.domain.limits import MAX_BYTES_PER_TOKEN
-from llmhost.domain.types import EmbeddingsResult, InferencingParams, check_text_length
+from llmhost.domain.types import EmbeddingInput, EmbeddingsResult, InferencingParams, check_text_length
 from llmhost.engine.local import compute
 from llmhost.engine.local.decoder import BatchRow, Sampler
 from llmhost.engine.local.gguf import GgufError, matrix_types
@@ -393,9 +393,10 @@ class LlamaDecoder(LlamaVocabCalls):
         return ConstraintCompiler.from_llama_vocab(self.lib, self.vocab, self.n_vocab)
 
     def embed(
-        self, texts: list[str], lock: threading.RLock, check: Callable[[], None] | None = None
+        self, texts: Sequence[EmbeddingInput], lock: threading.RLock, check: Callable[[], None] | None = None
     ) -> EmbeddingsResult:
-        """Mean of the last hidden states over each text's tokens, L2-normalized.
+        """Mean of the last hidden states over each text's tokens (a token-id input: its ids, as they are),
+        L2-normalized. The usage counts every token evaluated, a beginning-of-sequence token included.
 
         Bounded work under the model lock: each text runs in batch-size chunks, one chunk per hold of `lock`, so
         generations interleave with a long embeddings call; `check()` runs between chunks and raises to stop it
@@ -403,7 +404,8 @@ class LlamaDecoder(LlamaVocabCalls):
         own mean pooling needs a whole sequence in one batch.
         """
         for index, text in enumerate(texts):  # before any work: a text too long to fit is refused untokenized
-            check_text_length(f"text[{index}]", len(text), self.n_ctx, self.n_ctx, self.max_token_bytes())
+            if isinstance(text, str):
+                check_text_length(f"text[{index}]", len(text), self.n_ctx, self.n_ctx, self.max_token_bytes())
         import numpy as np
 
         lib = self.lib
@@ -412,12 +414,11 @@ class LlamaDecoder(LlamaVocabCalls):
         vectors: list[list[float]] = []
         total = 0
         for index, text in enumerate(texts):
-            tokens = self.tokenize(text, True)
+            tokens = self.tokenize(text, True) if isinstance(text, str) else text
             total += len(tokens)
             if len(tokens) > self.n_ctx:
-                raise InvalidInput(
-                    f"text[{index}] is {len(tokens)} tokens but the context window is {self.n_ctx} tokens"
-                )
+                what = f"text[{index}]" if isinstance(text, str) else f"inputs[{index}]"
+                raise InvalidInput(f"{what} is {len(tokens)} tokens but the context window is {self.n_ctx} tokens")
             summed = np.zeros(n_embd, dtype=np.float64)
             for start in range(0, len(tokens), self.n_batch):
                 if check is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from llmhost.config import ModelConfig
@@ -19,11 +19,13 @@ from llmhost.domain.errors import EngineError, InvalidInput
 from llmhost.domain.limits import DETERMINISTIC_CHUNK, model_key
 from llmhost.domain.types import (
     Constraint,
+    EmbeddingInput,
     EmbeddingsResult,
     InferencingParams,
     TokenLogprob,
     TopLogprob,
     check_embedding_texts,
+    check_embedding_tokens,
     check_text_length,
 )
 from llmhost.engine.admission import AdmissionQueue
@@ -286,9 +288,9 @@ class EngineModel:
             self.evaluate(state, len(state.tokens))
             return [float(x) for x in self.decoder.logits(-1)]
 
-    def embed(self, texts: list[str], check: Callable[[], None] | None = None) -> EmbeddingsResult:
-
+    def embed(self, texts: Sequence[EmbeddingInput], check: Callable[[], None] | None = None) -> EmbeddingsResult:
         check_embedding_texts(texts)
+        check_embedding_tokens(texts, self.n_vocab, self.name)
         embed = getattr(self.decoder, "embed", None)
         if embed is None:
             raise InvalidInput(f"embeddings are not available for {self.name}")

@@ -14,10 +14,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from llmhost.domain.errors import InvalidInput
-from llmhost.domain.types import BeamParams, check_continuations
+from llmhost.domain.errors import EngineError, InvalidInput
+from llmhost.domain.types import BeamParams, TokenLogprob, TopLogprob, check_continuations
 from llmhost.engine.base import UNBOUNDED, Bounds
 from llmhost.engine.generation import GenerationText
+from llmhost.engine.local.planning import row_length
 from llmhost.engine.local.sequence_state import SeqState, plan_rewind
 
 if TYPE_CHECKING:
@@ -62,6 +63,54 @@ class _Row:
             ids, values = ids[keep], values[keep]
         order = np.lexsort((ids, -values))[:count]
         return [int(t) for t in ids[order]]
+
+
+def _entry(model: LlamaModel, row: _Row, token: int, top: int) -> TokenLogprob:
+    """`token`'s log-probability in `row`, with the row's `top` best tokens (as a generated token's entry)."""
+    best = (
+        tuple(TopLogprob(token_id=t, bytes=model.piece(t), logprob=row.logprob(t)) for t in row.best(top))
+        if top
+        else ()
+    )
+    return TokenLogprob(token_id=token, bytes=model.piece(token), logprob=row.logprob(token), top=best)
+
+
+def append_with_logprobs(
+    model: LlamaModel, state: SeqState, tokens: list[int], texts: list[str], top: int, bounds: Bounds = UNBOUNDED
+) -> list[TokenLogprob | None]:
+    """Append `tokens` (with their `texts`) to `state`, and give each its log-probability after the tokens before
+    it, with the `top` best alternatives: `None` for the first token of an empty sequence. The first new token is
+    scored from the row of the sequence's last token; the others from the rows of the new tokens before them, in
+    batch-size chunks with a logits row at every position (one decode per chunk, the lock released in between).
+    The last new token stays pending, as after `append`. Counted into the run's budget before any work."""
+    bounds.spend(len(tokens))
+    scored: list[TokenLogprob | None] = []
+    with model.lock:
+        model.attach(state, "score", bounds.check)
+        state.busy = True  # not swapped out between chunks
+    try:
+        with model.lock:
+            if state.tokens:
+                model.unevaluate_last(state)
+                model.evaluate(state, len(state.tokens))
+                scored.append(_entry(model, _Row(model, -1), tokens[0], top))
+            else:
+                scored.append(None)
+            state.append(tokens, texts)
+        while state.n_kv < len(state.tokens) - 1:
+            bounds.check()  # a cancelled run stops between decode steps
+            with model.lock:
+                start = state.n_kv
+                count = row_length(start, len(state.tokens) - 1 - start, model.n_batch, model.chunk)
+                chunk = state.tokens[start : start + count]
+                if model._decode([(state, chunk)], set(range(count))) != 0:
+                    raise EngineError(f"no room in the KV cache of {model.name} for {count} tokens")
+                state.n_kv += count
+                _count(model, [state], count)
+                scored += [_entry(model, _Row(model, j), state.tokens[start + j + 1], top) for j in range(count)]
+    finally:
+        model.slots.release(state)
+    return scored
 
 
 def _fork(model: LlamaModel, source: SeqState, kind: str, bounds: Bounds) -> SeqState:

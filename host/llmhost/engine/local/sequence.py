@@ -11,7 +11,15 @@ import time
 from typing import TYPE_CHECKING
 
 from llmhost.domain.errors import InvalidInput
-from llmhost.domain.types import BeamParams, InferenceResult, InferencingParams, TopLogprob, check_next_token_top
+from llmhost.domain.types import (
+    BeamParams,
+    InferenceResult,
+    InferencingParams,
+    TokenLogprob,
+    TopLogprob,
+    check_logprobs_top,
+    check_next_token_top,
+)
 from llmhost.engine.base import UNBOUNDED, Bounds, TokenSequence, collect
 from llmhost.engine.local import search
 from llmhost.engine.local.next_token import NextTokenRead
@@ -77,6 +85,21 @@ class LlamaSequence:
         self._add(tokens, model.texts_of(tokens, text))
 
     def append_tokens(self, tokens: list[int]) -> None:
+        self._add(tokens, self._texts_of_ids(tokens))
+
+    def append_tokens_with_logprobs(
+        self, tokens: list[int], top: int, bounds: Bounds = UNBOUNDED
+    ) -> list[TokenLogprob | None]:
+        check_logprobs_top(top)
+        texts = self._texts_of_ids(tokens)
+        self._check_idle()
+        self._check_room(len(tokens))
+        if not tokens:
+            return []
+        return search.append_with_logprobs(self._model, self._state, tokens, texts, top, bounds)
+
+    def _texts_of_ids(self, tokens: list[int]) -> list[str]:
+        """The text each token id stands for; an id outside the vocabulary is `InvalidInput` naming it."""
         model = self._model
         for i, tok in enumerate(tokens):
             if not 0 <= tok < model.n_vocab:
@@ -84,16 +107,20 @@ class LlamaSequence:
                     f"tokens[{i}] = {tok} is not a token of {model.name} (ids are 0 to {model.n_vocab - 1})"
                 )
         pieces = [model.piece(t) for t in tokens]
-        self._add(tokens, attribute_text(pieces, b"".join(pieces).decode("utf-8", "ignore")))
+        return attribute_text(pieces, b"".join(pieces).decode("utf-8", "ignore"))
+
+    def _check_room(self, count: int) -> None:
+        model, state = self._model, self._state
+        if len(state.tokens) + count > model.n_ctx:
+            raise InvalidInput(
+                f"appending {count} tokens to a sequence of {len(state.tokens)} would exceed the context "
+                f"window of {model.n_ctx} tokens (raise `models.{model.name}.context-length` or truncate first)"
+            )
 
     def _add(self, tokens: list[int], texts: list[str]) -> None:
         self._check_idle()
+        self._check_room(len(tokens))
         model, state = self._model, self._state
-        if len(state.tokens) + len(tokens) > model.n_ctx:
-            raise InvalidInput(
-                f"appending {len(tokens)} tokens to a sequence of {len(state.tokens)} would exceed the context "
-                f"window of {model.n_ctx} tokens (raise `models.{model.name}.context-length` or truncate first)"
-            )
         with model.lock:
             state.append(tokens, texts)
             # No slot free now (every one busy generating): the tokens are evaluated by the next generation,

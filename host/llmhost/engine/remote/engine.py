@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from llmhost.config import ModelConfig
 from llmhost.domain.errors import EngineError, InvalidInput
 from llmhost.domain.limits import DEFAULT_MODEL
 from llmhost.domain.types import (
+    EmbeddingInput,
     EmbeddingsResult,
     InferenceResult,
     InferencingParams,
@@ -97,14 +99,23 @@ class OpenAIEngine:
     def infer(self, model: str, prompt: str, params: InferencingParams) -> InferenceResult:
         return collect(self.stream(model, prompt, params))
 
-    def embeddings(self, model: str, texts: list[str], check: Callable[[], None] | None = None) -> EmbeddingsResult:
+    def embeddings(
+        self, model: str, texts: Sequence[EmbeddingInput], check: Callable[[], None] | None = None
+    ) -> EmbeddingsResult:
         """One request for all texts, or one a text where the server kind needs it (`check` runs before each: the
-        server does a request's work in one piece)."""
+        server does a request's work in one piece). Token-id inputs go as token ids (OpenAI's `input` takes them),
+        in requests of their own: a request's `input` is all texts or all token lists."""
         check_embedding_texts(texts)  # as the local engine checks them
         m = self.model(model)
         for i, text in enumerate(texts):
-            m.check_length(f"text[{i}]", text, m.config.context_length)
-        batches = [[text] for text in texts] if m.kind.embeds_one_per_request else [texts]
+            if isinstance(text, str):
+                m.check_length(f"text[{i}]", text, m.config.context_length)
+            elif not text:
+                raise InvalidInput(f"inputs[{i}] is empty: an embedding needs at least one token")
+        if m.kind.embeds_one_per_request:
+            batches = [[text] for text in texts]
+        else:
+            batches = [list(run) for _, run in groupby(texts, key=lambda t: isinstance(t, str))]
         vectors: list[list[float]] = []
         tokens = 0
         for batch in batches:
@@ -123,7 +134,7 @@ class OpenAIEngine:
         self._models.close()
 
 
-def _embeddings_request(model: str, texts: list[str]) -> Callable[[Any], Any]:
+def _embeddings_request(model: str, texts: list[EmbeddingInput]) -> Callable[[Any], Any]:
     return lambda client: client.embeddings.create(model=model, input=texts, encoding_format="float")
 
 

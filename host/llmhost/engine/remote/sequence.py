@@ -14,7 +14,9 @@ from llmhost.domain.types import (
     InferencingParams,
     StreamDone,
     StreamEvent,
+    TokenLogprob,
     TopLogprob,
+    check_logprobs_top,
     check_next_token_top,
 )
 from llmhost.engine.base import UNBOUNDED, Bounds, Generation, collect
@@ -154,6 +156,15 @@ class RemoteSequence:
         raise InvalidInput(
             f"sequence.next-token-logprobs needs the model's raw distribution; the remote model "
             f'{self._model.name!r} (backend "openai") does not expose it: read it on a local (llama-cpp) model'
+        )
+
+    def append_tokens_with_logprobs(
+        self, tokens: list[int], top: int, bounds: Bounds = UNBOUNDED
+    ) -> list[TokenLogprob | None]:
+        check_logprobs_top(top)
+        raise InvalidInput(
+            f"sequence.append-tokens-with-logprobs needs the model's raw distribution at every position; the remote "
+            f'model {self._model.name!r} (backend "openai") does not expose it: score on a local (llama-cpp) model'
         )
 
     def host_bytes(self) -> int:

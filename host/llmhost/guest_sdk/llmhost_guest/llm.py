@@ -302,7 +302,15 @@ class Embeddings(list[list[float]]):
 def embed(texts: str | Iterable[str], model: str = DEFAULT_MODEL) -> Embeddings:
     """WIT `llm.generate-embeddings`: one vector per text."""
     batch = [texts] if isinstance(texts, str) else list(texts)
-    result = call(wit_llm().generate_embeddings, model, batch)
+    return _embeddings(call(wit_llm().generate_embeddings, model, batch))
+
+
+def embed_tokens(inputs: Iterable[Iterable[int]], model: str = DEFAULT_MODEL) -> Embeddings:
+    """WIT `llm.generate-embeddings-for-tokens` (0.2.2): one vector per token-id list, the ids as they are."""
+    return _embeddings(call(wit_llm().generate_embeddings_for_tokens, model, [list(i) for i in inputs]))
+
+
+def _embeddings(result: Any) -> Embeddings:
     vectors = Embeddings(list(v) for v in result.embeddings)
     vectors.usage = Usage(int(result.usage.prompt_token_count), 0)
     return vectors

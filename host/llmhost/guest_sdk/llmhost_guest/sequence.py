@@ -16,7 +16,7 @@ from typing import Any
 
 from .errors import InvalidInput, call
 from .llm import Stream
-from .params import DEFAULT_MODEL, Completion, build
+from .params import DEFAULT_MODEL, Completion, TokenLogprob, build
 from .processors import GeneratedText, Processor, choose
 
 _BOS: dict[str, list[int]] = {}  # per model: the tokens `tokenize("")` gives (the beginning of sequence)
@@ -137,6 +137,17 @@ class Sequence:
             call(self._live.append_tokens, ids)
             self._changed()
         return self
+
+    def append_tokens_with_logprobs(self, tokens: Iterable[int], top: int = 0) -> list[TokenLogprob | None]:
+        """WIT `sequence.append-tokens-with-logprobs` (0.2.2): append the ids and get each one's log-probability
+        after the tokens before it, with its position's `top` (0 to 20) best tokens; `None` for the first token of
+        an empty sequence. One decode per batch of tokens, not one per token."""
+        ids = list(tokens)
+        if not ids:
+            return []
+        entries = call(self._live.append_tokens_with_logprobs, ids, top)
+        self._changed()
+        return [None if e is None else TokenLogprob.from_wit(e) for e in entries]
 
     def _append_generated(self, token: int) -> None:
         """Append one sampled token, keeping the cached ids (a processor reading them pays no host call)."""
