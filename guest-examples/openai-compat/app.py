@@ -1,8 +1,9 @@
 """openai-compat: OpenAI's API as a guest component of the `http-app` world, served by `llmhost serve`, on the guest
 SDK (`llmhost_guest`): POST /v1/chat/completions (the host's `chat`: the model's own template, tools), POST
-/v1/completions, POST /v1/embeddings, POST /v1/responses (responses.py), GET /v1/models and /v1/models/{id}.
-README.md lists the fields supported and refused; request checking is in validate.py. n choices of a prompt are
-forks of one sequence (the prompt is evaluated once) whose generations decode together.
+/v1/completions (text or token-id prompts, `echo`), POST /v1/embeddings, POST /v1/responses (responses.py), GET
+/v1/models and /v1/models/{id}, each with or without its /v1 prefix. README.md lists the fields supported and
+refused; request checking is in validate.py. n choices of a prompt are forks of one sequence (the prompt is
+evaluated once) whose generations decode together.
 
 Guarantees: a malformed request is a 400 in OpenAI's shape naming the `param`, an unexpected error a 500 (the guest
 never traps on client input); a stream ends with a finish_reason and `data: [DONE]`, or an error event and
@@ -294,7 +295,7 @@ class Exchange:
     def prefill(self, seq, prompt):
         """Put `prompt` into `seq`; with `echo`, the `Echo` of it (with `logprobs`: every token's entry)."""
         req = self.req
-        if not req.echo:
+        if not getattr(req, "echo", False):  # chat has no `echo`
             seq.append(prompt) if isinstance(prompt, str) else seq.append_tokens(prompt)
             return None
         ids = llm.tokenize(prompt, req.model) if isinstance(prompt, str) else prompt
