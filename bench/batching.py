@@ -124,7 +124,7 @@ def serve_http(host_config: HostConfig, model: str, threads: int, n_gpu_layers: 
 
     from serve import start_server
 
-    from llmhost.build.compile import build_component
+    from llmhost.toolchains.python import build_component
 
     root = Path(__file__).resolve().parents[1]
     wasm = build_component(

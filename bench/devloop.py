@@ -23,9 +23,9 @@ from pathlib import Path
 from wasmtime.component import Component
 
 from llmhost import Host, HostConfig
-from llmhost.build.compile import build_component
 from llmhost.domain.limits import BUILTIN_MODELS, DEFAULT_MODEL
 from llmhost.runtime.components import create_wasmtime_engine
+from llmhost.toolchains.python import build_component
 
 LLMHOST = str(Path(sys.executable).with_name("llmhost"))
 LOOP_GUEST = """\

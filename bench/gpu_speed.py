@@ -293,7 +293,7 @@ def medians(runs: dict[str, list[Sample]]) -> dict[str, Sample]:
 
 def measure(model: str, threads: int, n_gpu_layers: int, cache_dir: Path, rounds: int) -> dict[str, Sample]:
     """Medians over `rounds` of the in-process measures of one model (run in a fresh process)."""
-    from llmhost.build.compile import build_component
+    from llmhost.toolchains.python import build_component
 
     clock = simulate()
     wasm = build_component(ROOT / "bench" / "guest", cache_dir / "bench" / "bench-guest.wasm")
@@ -389,7 +389,7 @@ def measure_http(
     model: str, threads: int, n_gpu_layers: int, cache_dir: Path, rounds: int
 ) -> tuple[Sample, dict[str, float]]:
     """Medians over `rounds` of `http_chat` against a fresh simulated server for `model`."""
-    from llmhost.build.compile import build_component
+    from llmhost.toolchains.python import build_component
 
     wasm = build_component(
         ROOT / "guest-examples" / "openai-compat",

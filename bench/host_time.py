@@ -171,7 +171,7 @@ def features(host: Host, model: str, clock: DecodeClock, rounds: int) -> dict[st
 
 def measure(model: str, threads: int, n_gpu_layers: int, cache_dir: Path, rounds: int) -> dict[str, float]:
     """Medians over `rounds` of every measure of one model (run in a fresh process)."""
-    from llmhost.build.compile import build_component
+    from llmhost.toolchains.python import build_component
 
     wasm = build_component(ROOT / "bench" / "guest", cache_dir / "bench" / "bench-guest.wasm")
     runs: dict[str, list[float]] = {}

@@ -48,12 +48,12 @@ import sdk
 import structured
 
 from llmhost import Host, HostConfig, InferencingParams
-from llmhost.build.compile import build_component
 from llmhost.config import FakeEngineConfig, ModelConfig
 from llmhost.domain.limits import BUILTIN_MODELS, SMOLLM2_MODEL
 from llmhost.engine.local.llama_decoder import llama_lib
 from llmhost.engine.local.models import default_model_path, smollm2_path
 from llmhost.run.scope import RunScope
+from llmhost.toolchains.python import build_component
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "gemma-3-270m"

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from llmhost import Host, HostConfig
-from llmhost.build.compile import build_component
 from llmhost.config import ModelConfig
+from llmhost.toolchains.python import build_component
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "Once upon a time, there was a dragon who"

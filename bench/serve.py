@@ -21,12 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from llmhost import FakeEngineConfig, Host, HostConfig
-from llmhost.build.compile import build_component
 from llmhost.interfaces.http import HTTP_INTERFACE, define_http
 from llmhost.run.scope import RunScope
 from llmhost.runtime.sandbox import new_store
 from llmhost.serve.component import HttpComponent, HttpRequest
 from llmhost.serve.config import AppConfig, resolve, single_component
+from llmhost.toolchains.python import build_component
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUESTS = {1: 300, 16: 800}  # per concurrency level

@@ -34,6 +34,9 @@ GUEST_SOURCES = {
     "probe_0_1_0": REPO / "tests" / "guests" / "probe_0_1_0",
     # Today's probe built against llmhost:llm@0.2.0: 0.2.0 components keep running on 0.2.1 hosts.
     "probe_0_2_0": REPO / "tests" / "guests" / "probe",
+    # JavaScript guests (componentize-js): the behaviour probe and the command example.
+    "js_probe": REPO / "tests" / "guests" / "js_probe",
+    "hello-js": REPO / "guest-examples" / "hello-js",
 }
 # Guests built against another WIT directory than the current one.
 GUEST_WIT = {"probe_0_1_0": REPO / "wit" / "0.1.0", "probe_0_2_0": REPO / "wit" / "0.2.0"}
@@ -55,7 +58,7 @@ def llmhost_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def guest_wasm(llmhost_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Every test guest, built once (in parallel: componentize-py is single-threaded) through llmhost.build."""
+    """Every test guest, built once (in parallel: componentize-py is single-threaded) through llmhost.toolchains."""
     out = tmp_path_factory.mktemp("guests")
     with ThreadPoolExecutor(max_workers=2) as pool:  # two cores
         futures = {

@@ -11,8 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from llmhost.api import App, CompletedRun, GuestTimeout, GuestTrap, Host, HostError, LoadError, ModelSummary
-    from llmhost.build.compile import build_component
-    from llmhost.build.errors import BuildError
     from llmhost.config import ConfigError, FakeEngineConfig, HostConfig, ModelConfig, SandboxConfig, load_config
     from llmhost.domain.errors import EngineError, InvalidInput, LlmError, ModelNotSupported
     from llmhost.domain.types import (
@@ -28,11 +26,13 @@ if TYPE_CHECKING:
         StreamEvent,
         Usage,
     )
+    from llmhost.toolchains.errors import BuildError
+    from llmhost.toolchains.python import build_component
 
 _EXPORTS = {
     "api": ["App", "CompletedRun", "GuestTimeout", "GuestTrap", "Host", "HostError", "LoadError", "ModelSummary"],
-    "build.compile": ["build_component"],
-    "build.errors": ["BuildError"],
+    "toolchains": ["build_component"],
+    "toolchains.errors": ["BuildError"],
     "config": ["ConfigError", "FakeEngineConfig", "HostConfig", "ModelConfig", "SandboxConfig", "load_config"],
     "domain.errors": ["EngineError", "InvalidInput", "LlmError", "ModelNotSupported"],
     "domain.types": [

@@ -27,7 +27,7 @@ EXPECTED_ERRORS = {
     "llmhost.config": ("ConfigError",),
     "llmhost.domain.errors": ("LlmError",),
     "llmhost.api": ("HostError",),
-    "llmhost.build.errors": ("BuildError",),
+    "llmhost.toolchains.errors": ("BuildError",),
 }
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -145,8 +145,7 @@ def run(settings: Settings, app: Path, args: tuple[str, ...]) -> None:
 
 def _build_for_run(settings: Settings, app_dir: Path, world: str) -> Path:
     """`llmhost run DIR` / `serve DIR`: build when the sources changed, into the cache, and return the component."""
-    from llmhost.build.compile import build_component
-    from llmhost.build.world import detect_world
+    from llmhost.toolchains import build_component, detect_world
 
     found = detect_world(app_dir)
     if found != world:
@@ -175,13 +174,15 @@ def _build_for_run(settings: Settings, app_dir: Path, world: str) -> Path:
     envvar="LLMHOST_BUILD_WORLD",
     show_envvar=True,
     help="The WIT world the guest targets: `command` (llmhost run) or `http-app` (llmhost serve) [default: "
-    "DIR/pyproject.toml's [tool.llmhost] world, else what app.py defines].",
+    "DIR/pyproject.toml's [tool.llmhost] world (package.json's llmhost.world for JavaScript), else what app.py or "
+    "app.js defines].",
 )
 @click.pass_obj
 @reports_errors
 def build(settings: Settings, app_dir: Path, output: Path, world: str | None) -> None:
-    """Build the Python guest in DIR (DIR/app.py) into a component with componentize-py."""
-    from llmhost.build.compile import build_component
+    """Build the guest in DIR into a component: DIR/app.py with componentize-py, or DIR/app.js (an ES module) with
+    componentize-js (installed into llmhost's cache with npm on first use; needs Node.js)."""
+    from llmhost.toolchains import build_component
 
     config = settings.config()
     built = build_component(app_dir, output, world, cache_dir=config.cache_dir, note=_note)
@@ -194,16 +195,29 @@ def build(settings: Settings, app_dir: Path, output: Path, world: str | None) ->
     "--output",
     "-o",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Where to write the `wit_world` package [default: DIR/.bindings].",
+    help="Where to write the bindings [default: DIR/.bindings].",
 )
 @click.option("--world", type=click.Choice(["command", "http-app"]), help="[default: the guest's own]")
+@click.pass_obj
 @reports_errors
-def bindings(app_dir: Path, output: Path | None, world: str | None) -> None:
-    """Write the generated `wit_world` Python bindings of DIR's world, for editors and type checkers
-    (point your editor's extra paths at the output directory)."""
-    from llmhost.build.compile import bindings as write_bindings
+def bindings(settings: Settings, app_dir: Path, output: Path | None, world: str | None) -> None:
+    """Write the bindings of DIR's world, for editors and type checkers: the generated `wit_world` Python package
+    (point your editor's extra paths at it), or TypeScript declarations for a JavaScript guest (jco types)."""
+    from llmhost.toolchains import bindings as write_bindings
 
-    click.echo(str(write_bindings(app_dir, output or app_dir / ".bindings", world)))
+    written = write_bindings(app_dir, output or app_dir / ".bindings", world, settings.config().cache_dir)
+    click.echo(str(written))
+
+
+@cli.command()
+@click.option("--output", "-o", type=click.Path(file_okay=False, path_type=Path), required=True, help="A directory.")
+@reports_errors
+def wit(output: Path) -> None:
+    """Write the WIT package llmhost serves into a directory, to build guests with any toolchain (componentize-js,
+    wit-bindgen / cargo component, ...): the current version at the top, each earlier version in its own folder."""
+    from llmhost.toolchains.python import write_wit
+
+    click.echo(str(write_wit(output)))
 
 
 @cli.command()
@@ -217,13 +231,20 @@ def bindings(app_dir: Path, output: Path | None, world: str | None) -> None:
     help="command: a program for `llmhost run`; http-app: an HTTP handler for `llmhost serve`; openai-compat: an "
     "OpenAI-compatible API; chat: a streaming chat page.",
 )
+@click.option(
+    "--lang",
+    type=click.Choice(["python", "js"]),
+    default="python",
+    show_default=True,
+    help="python: app.py (componentize-py); js: app.js, an ES module (componentize-js; templates command, http-app).",
+)
 @reports_errors
-def new(name: str, template: str) -> None:
-    """Create guest directory NAME from a template: app.py, pyproject.toml (its world) and a README with the
+def new(name: str, template: str, lang: str) -> None:
+    """Create guest directory NAME from a template: app.py (or app.js), the world it targets and a README with the
     commands to build and run it."""
-    from llmhost.build.templates import create
+    from llmhost.toolchains.templates import create
 
-    created = create(Path(name), template)
+    created = create(Path(name), template, lang)
     click.echo(str(created))
 
 

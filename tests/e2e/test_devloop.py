@@ -18,7 +18,7 @@ import pytest
 
 import readme_output as readme
 from llmhost import Host, HostConfig, InferencingParams
-from llmhost.build.world import declared_world, defined_world, detect_world
+from llmhost.toolchains.world import declared_world, defined_world, detect_world
 from serve_driver import serving
 
 from .conftest import MODEL
@@ -119,7 +119,7 @@ def test_run_dir_rebuilds_exactly_when_the_sources_change(tmp_path: Path, llmhos
     app = tmp_path / "loop" / "app.py"
     # Unique sources (the build cache is shared across test runs), generating 3 tokens.
     app.write_text(app.read_text().replace("max_tokens=32", "max_tokens=3") + f"# {time.time_ns()}\n")
-    from llmhost.build.compile import cached_build, wit_dir
+    from llmhost.toolchains.python import cached_build, wit_dir
 
     def run() -> tuple[bool, str]:
         """(whether this run built the sources, the guest's output)"""
@@ -138,7 +138,7 @@ def test_run_dir_rebuilds_exactly_when_the_sources_change(tmp_path: Path, llmhos
 
 
 def test_a_fast_first_compile_is_replaced_by_the_optimized_one(tmp_path: Path, llmhost_cache_dir: Path) -> None:
-    from llmhost.build.compile import build_component
+    from llmhost.toolchains.python import build_component
 
     guest = tmp_path / "fresh"
     guest.mkdir()

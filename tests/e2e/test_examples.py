@@ -67,6 +67,17 @@ def test_hello_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: Host) 
     check_hello_output(real_host, run.stdout, expected, shlex.split(commands[1])[-1])
 
 
+def test_hello_js_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: Host) -> None:
+    # The JavaScript hello prints what the Python one prints (the same request).
+    commands, expected = readme_blocks("hello-js")
+    assert [c.split()[:2] for c in commands] == [[".venv/bin/llmhost", "build"], [".venv/bin/llmhost", "run"]]
+    build, run = run_readme_commands(commands, tmp_path, llmhost_cache_dir)
+    assert build.returncode == 0, build.stderr
+    assert (tmp_path / "hello-js.wasm").is_file()
+    assert run.returncode == 0, run.stderr
+    check_hello_output(real_host, run.stdout, expected, shlex.split(commands[1])[-1])
+
+
 def test_continuous_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: Host) -> None:
     commands, expected = readme_blocks("continuous")
     build, run = run_readme_commands(commands, tmp_path, llmhost_cache_dir)

@@ -114,6 +114,18 @@ def test_openai_compat_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host
     assert text == want.text and want.finish_reason.value == "length"
 
 
+def test_http_hello_js_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: Host) -> None:
+    # The JavaScript http-app example streams the completion, then its finish reason: the README's shape, and the
+    # Python API's answer to the same request on this machine.
+    commands, output, expected = run_served_readme("http-hello-js", tmp_path, llmhost_cache_dir)
+    assert [c.split()[1] for c in commands[:2]] == ["build", "serve"]
+    text, finish = output.rstrip("\n").rsplit("\n", 1)
+    assert expected.rstrip("\n").rsplit("\n", 1)[1].startswith("finish-reason: ")
+    params = InferencingParams(max_tokens=16, stop=("\n",), temperature=0.0, repeat_penalty=1.0)
+    want = real_host.infer(MODEL, "The capital of France is", params)
+    assert text == want.text and finish == f"finish-reason: {want.finish_reason.value}"
+
+
 @pytest.fixture(scope="module")
 def examples_server(
     http_wasm: dict[str, Path], llmhost_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from llmhost.build.compile import build_component
+from llmhost.toolchains.python import build_component
 from serve_driver import Server, serving
 
 pytestmark = pytest.mark.wasm

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from llmhost.build.world import parse
+from llmhost.toolchains.world import parse
 
 SOURCE = (Path(__file__).resolve().parents[1] / "guests" / "http_probe" / "app.py").read_text(encoding="utf-8")
 

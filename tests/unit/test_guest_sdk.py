@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmhost.build.compile import guest_sdk_dir
+from llmhost.toolchains.python import guest_sdk_dir
 
 
 class Err(Exception):

@@ -7,10 +7,10 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "host" / "llmhost"
-# Bottom up. `build` and `guest_sdk` stand apart: only the entry points above `api` use the builder.
+# Bottom up. `toolchains` and `guest_sdk` stand apart: only the entry points above `api` use the toolchains.
 LAYERS = ["domain", "config", "engine", "chat", "run", "runtime", "interfaces", "api", "serve", "cli"]
-APART = {"build": {"domain", "config"}, "guest_sdk": set()}
-USERS_OF_BUILD = {"api", "serve", "cli"}
+APART = {"toolchains": {"domain", "config"}, "guest_sdk": set()}
+USERS_OF_TOOLCHAINS = {"api", "serve", "cli"}
 
 
 def top_of(module: str) -> str:
@@ -55,8 +55,8 @@ def test_every_module_imports_only_layers_below_its_own() -> None:
                 continue
             if own in APART:
                 ok = layer in APART[own]
-            elif layer == "build":
-                ok = own in USERS_OF_BUILD
+            elif layer == "toolchains":
+                ok = own in USERS_OF_TOOLCHAINS
             else:
                 ok = layer in LAYERS and LAYERS.index(layer) < LAYERS.index(own)
             if not ok:

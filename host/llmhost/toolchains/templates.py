@@ -1,4 +1,4 @@
-"""`llmhost new NAME --template T`: a new guest directory copied from one of the guest examples.
+"""`llmhost new NAME --template T [--lang js]`: a new guest directory copied from one of the guest examples.
 
 The templates are the examples themselves (guest-examples/, shipped in the package as `llmhost/examples/`), so
 every template is an example that the example tests build and run as their READMEs say.
@@ -16,7 +16,10 @@ TEMPLATES = {
     "openai-compat": "openai-compat",
     "chat": "chat-http",
 }
+# --lang js: template name -> example directory (the JavaScript examples)
+JS_TEMPLATES = {"command": "hello-js", "http-app": "http-hello-js"}
 FILES = ("README.md", "pyproject.toml")  # and every .py file: app.py and the modules it imports (openai-compat)
+JS_FILES = ("README.md", "package.json", "app.js")
 
 
 class TemplateError(Exception):
@@ -32,17 +35,21 @@ def examples_dir() -> Path:
     raise TemplateError(f"the guest templates were not found next to {here} (a broken install? reinstall llmhost)")
 
 
-def create(target: Path, template: str) -> Path:
-    """Write `target/` (app.py, README.md, pyproject.toml) from `template`; refuses to overwrite anything."""
-    if template not in TEMPLATES:
-        raise TemplateError(f"unknown template {template!r} (choose one of: {', '.join(TEMPLATES)})")
+def create(target: Path, template: str, lang: str = "python") -> Path:
+    """Write `target/` from `template`: app.py, README.md, pyproject.toml (`lang` "js": app.js, README.md,
+    package.json); refuses to overwrite anything."""
+    templates = JS_TEMPLATES if lang == "js" else TEMPLATES
+    if template not in templates:
+        where = " for --lang js" if lang == "js" else ""
+        raise TemplateError(f"unknown template {template!r}{where} (choose one of: {', '.join(templates)})")
     if target.exists():
         raise TemplateError(f"{target} already exists (choose another name, or remove it first)")
-    example = TEMPLATES[template]
+    example = templates[template]
     source = examples_dir() / example
     name = target.name
     target.mkdir(parents=True)
-    for file in [*FILES, *sorted(p.name for p in source.glob("*.py"))]:
+    files = list(JS_FILES) if lang == "js" else [*FILES, *sorted(p.name for p in source.glob("*.py"))]
+    for file in files:
         text = (source / file).read_text(encoding="utf-8")
         (target / file).write_text(_rename(text, example, name, str(target)), encoding="utf-8")
     return target
@@ -54,4 +61,5 @@ def _rename(text: str, example: str, name: str, path: str) -> str:
     text = text.replace(f"{example}.wasm", f"{name}.wasm")
     text = re.sub(rf"^# {re.escape(example)}$", f"# {name}", text, count=1, flags=re.M)
     text = re.sub(rf'^name = "{re.escape(example)}"$', f'name = "{name}"', text, count=1, flags=re.M)
+    text = re.sub(rf'^  "name": "{re.escape(example)}",$', f'  "name": "{name}",', text, count=1, flags=re.M)
     return text.replace("From the repository root, after `make install`", "From the directory above it")

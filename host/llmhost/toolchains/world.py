@@ -13,7 +13,7 @@ import threading
 import tomllib
 from pathlib import Path
 
-from llmhost.build.errors import BuildError
+from llmhost.toolchains.errors import BuildError
 
 WORLDS = ("command", "http-app")
 APP_FILE = "app.py"

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from llmhost.config import default_cache_dir
-from llmhost.build.errors import BuildError
+from llmhost.toolchains.errors import BuildError
 
 APP_MODULE = "app"  # the guest's entry module: `app.py` defining `class WitWorld(WitWorld)`
 COMPONENTIZE_PY = "componentize-py"
@@ -79,6 +79,18 @@ def wit_dir() -> Path:
     raise BuildError(f"the WIT files were not found next to {here} (a broken install? reinstall llmhost)")
 
 
+def write_wit(output: Path) -> Path:
+    """Copy the WIT package llmhost serves into `output`: the current version's files, and each earlier version in
+    its own folder (`0.1.0/`, ...), as the package ships them."""
+    source = wit_dir()
+    output.mkdir(parents=True, exist_ok=True)
+    for path in sorted(source.rglob("*.wit")):
+        target = output / path.relative_to(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+    return output
+
+
 def guest_sdk_dir() -> Path:
     """The directory holding the `llmhost_guest` package (the guest SDK), put on every guest's module path."""
     return Path(__file__).resolve().parents[1] / "guest_sdk"
@@ -132,12 +144,13 @@ def build_component(
 
     `world`: `command` or `http-app`; None reads it from the guest (see `guest.detect_world`).
     """
-    from llmhost.build.world import check_sources, detect_world
+    from llmhost.toolchains.world import check_sources, detect_world
 
     app_dir, output = Path(app_dir), Path(output)
     if not (app_dir / f"{APP_MODULE}.py").is_file():
         raise BuildError(
-            f"{app_dir}: no {APP_MODULE}.py (a guest directory needs app.py; start one with `llmhost new NAME`)"
+            f"{app_dir}: no {APP_MODULE}.py or app.js (a guest directory needs one; start one with `llmhost new NAME`"
+            ", or `llmhost new NAME --lang js`)"
         )
     check_sources(app_dir)
     world = world or detect_world(app_dir)
@@ -165,7 +178,7 @@ def cached_build(app_dir: Path, wit: Path, world: str, tool: str | None = None, 
 
 def bindings(app_dir: Path, output: Path, world: str | None = None, wit: Path | None = None) -> Path:
     """Write the generated `wit_world` Python package for `app_dir`'s world into `output` (for editors)."""
-    from llmhost.build.world import detect_world
+    from llmhost.toolchains.world import detect_world
 
     world = world or detect_world(app_dir)
     command = [componentize_py(), "-d", str(wit or wit_dir()), "-w", world, "bindings", str(output)]
@@ -176,7 +189,7 @@ def bindings(app_dir: Path, output: Path, world: str | None = None, wit: Path | 
 
 
 def _componentize(tool: str, app_dir: Path, wit: Path, world: str, destination: Path) -> None:
-    from llmhost.build.world import explain_build_failure
+    from llmhost.toolchains.world import explain_build_failure
 
     destination.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=destination.parent, suffix=".wasm.tmp")
