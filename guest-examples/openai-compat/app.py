@@ -356,8 +356,12 @@ def handle_embeddings(req, writer):
     return json_response(200, {"object": "list", "data": data, "model": req.model, "usage": usage})
 
 
+def model_json(name):
+    return {"id": name, "object": "model", "created": 0, "owned_by": "llmhost"}
+
+
 def handle_models(model_id=None):
-    models = [{"id": m.name, "object": "model", "created": 0, "owned_by": "llmhost"} for m in llm.list_models()]
+    models = [model_json(m.name) for m in llm.list_models()]
     if model_id is None:
         return json_response(200, {"object": "list", "data": models})
     found = next((model for model in models if model["id"] == model_id), None)
@@ -366,7 +370,7 @@ def handle_models(model_id=None):
             llm.model_info(model_id)
         except LlmError:
             raise model_not_found(model_id) from None
-        found = {"id": model_id, "object": "model", "created": 0, "owned_by": "llmhost"}
+        found = model_json(model_id)
     return json_response(200, found)
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from llmhost.config import default_cache_dir
 from llmhost.toolchains.errors import BuildError
+from llmhost.toolchains.python import digest_files
 
 APP_FILE = "app.js"
 COMPONENTIZE_JS = "@bytecodealliance/componentize-js"
@@ -46,10 +47,6 @@ _setPreopens({ "/": "/" });
 process.argv = [process.argv[0], "jco", ...args];
 await import(pathToFileURL(`${modules}/@bytecodealliance/jco/dist/jco.js`).href);
 """
-
-
-def is_js_guest(app_dir: Path) -> bool:
-    return (app_dir / APP_FILE).is_file()
 
 
 def node() -> str:
@@ -154,11 +151,8 @@ def detect_world(app_dir: Path) -> str:
 
 def build_key(app_dir: Path, wit: Path, world: str) -> str:
     digest = hashlib.sha256(f"js|world={world}|componentize-js={COMPONENTIZE_JS_VERSION}".encode())
-    wit_files = [p for p in sorted(wit.rglob("*.wit")) if p.is_file()]
-    for label, root, files in (("app", app_dir, _sources(app_dir)), ("wit", wit, wit_files)):
-        for path in files:
-            digest.update(f"|{label}:{path.relative_to(root).as_posix()}:".encode())
-            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    digest_files(digest, "app", app_dir, _sources(app_dir))
+    digest_files(digest, "wit", wit, (p for p in sorted(wit.rglob("*.wit")) if p.is_file()))
     return digest.hexdigest()[:40]
 
 

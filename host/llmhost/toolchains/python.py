@@ -13,8 +13,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from llmhost.config import default_cache_dir
 from llmhost.toolchains.errors import BuildError
@@ -121,13 +122,18 @@ def _source_files(root: Path) -> Iterator[Path]:
             yield path
 
 
+def digest_files(digest: Any, label: str, root: Path, paths: Iterable[Path]) -> None:
+    """Add each file's path (relative to `root`) and content to a build key's `digest` (every toolchain's key)."""
+    for path in paths:
+        digest.update(f"|{label}:{path.relative_to(root).as_posix()}:".encode())
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+
+
 def build_key(app_dir: Path, wit: Path, world: str, tool_version: str) -> str:
     prelude = hashlib.sha256((PRELUDE + ENTRY).encode()).hexdigest()
     digest = hashlib.sha256(f"world={world}|{tool_version}|prelude={prelude}".encode())
     for label, root in (("app", app_dir), ("wit", wit), ("sdk", guest_sdk_dir())):
-        for path in _source_files(root):
-            digest.update(f"|{label}:{path.relative_to(root).as_posix()}:".encode())
-            digest.update(hashlib.sha256(path.read_bytes()).digest())
+        digest_files(digest, label, root, _source_files(root))
     return digest.hexdigest()[:40]
 
 

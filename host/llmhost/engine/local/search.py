@@ -85,11 +85,10 @@ def append_with_logprobs(
     The last new token stays pending, as after `append`. Counted into the run's budget before any work."""
     bounds.spend(len(tokens))
     scored: list[TokenLogprob | None] = []
-    with model.lock:
-        model.attach(state, "score", bounds.check)
-        state.busy = True  # not swapped out between chunks
     try:
         with model.lock:
+            model.attach(state, "score", bounds.check)
+            state.busy = True  # not swapped out between chunks
             if state.tokens:
                 model.unevaluate_last(state)
                 model.evaluate(state, len(state.tokens))
