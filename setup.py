@@ -15,7 +15,7 @@ setup(
         "llmhost.wit": ["*.wit", "0.1.0/*.wit", "0.2.0/*.wit", "0.2.1/*.wit"],
         # The guest examples are also `llmhost new`'s templates (llmhost/templates).
         # app.py and its modules; app.js and package.json (the JavaScript examples)
-        "llmhost.examples": ["*/*.py", "*/README.md", "*/pyproject.toml", "*/*.js", "*/package.json"],
+        "llmhost.examples": ["*/*.py", "*/README.md", "*/pyproject.toml", "*/*.js", "*/package.json", "*/wit/*.wit"],
     },
     include_package_data=False,
 )

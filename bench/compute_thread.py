@@ -18,7 +18,7 @@ from pathlib import Path
 
 from llmhost import Host, HostConfig, InferencingParams
 from llmhost.config import ModelConfig
-from llmhost.domain.limits import BUILTIN_MODELS
+from llmhost.domain.limits import GENERATIVE_MODELS
 
 PROMPT = "Once upon a time, there was a dragon who"
 TOKENS = 128
@@ -71,7 +71,7 @@ def run(cache_dir: Path, threads: int, rounds: int = 2) -> list[str]:
         "| --- | ---: | ---: | ---: |",
     ]
     ctx = multiprocessing.get_context("spawn")
-    for model in BUILTIN_MODELS:
+    for model in GENERATIVE_MODELS:
         direct, shared, ratios = [], [], []
         for _ in range(rounds):
             with ctx.Pool(1) as pool:

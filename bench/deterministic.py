@@ -12,7 +12,7 @@ import time
 
 from llmhost import Host, HostConfig, InferencingParams, StreamChunk
 from llmhost.config import ModelConfig
-from llmhost.domain.limits import BUILTIN_MODELS, DETERMINISTIC_CHUNK
+from llmhost.domain.limits import DETERMINISTIC_CHUNK, GENERATIVE_MODELS
 
 LEVELS = (1, 8)
 ROUNDS = 3
@@ -62,7 +62,7 @@ def run(config: HostConfig, threads: int, n_gpu_layers: int) -> list[str]:
         "| model | measure | default | deterministic | deterministic ÷ default | target |",
         "| --- | --- | ---: | ---: | ---: | ---: |",
     ]
-    for model in BUILTIN_MODELS:
+    for model in GENERATIVE_MODELS:
         hosts = {}
         for det in (False, True):
             cfg = ModelConfig(

@@ -23,7 +23,7 @@ from pathlib import Path
 from wasmtime.component import Component
 
 from llmhost import Host, HostConfig
-from llmhost.domain.limits import BUILTIN_MODELS, DEFAULT_MODEL
+from llmhost.domain.limits import DEFAULT_MODEL, GENERATIVE_MODELS
 from llmhost.runtime.components import create_wasmtime_engine
 from llmhost.toolchains.python import build_component
 
@@ -77,7 +77,7 @@ def run(cache_dir: Path) -> list[str]:
         work = Path(tmp)
         # One guest per model: the `command` template (guest-examples/hello), its MODEL set to that model.
         apps: dict[str, tuple[str, str]] = {}  # model -> (guest directory, original app.py)
-        for index, model in enumerate(BUILTIN_MODELS):
+        for index, model in enumerate(GENERATIVE_MODELS):
             name = "loopapp" if model == DEFAULT_MODEL else f"loopapp{index}"
             subprocess.run([LLMHOST, "new", name, "--template", "command"], cwd=work, env=env, check=True)
             text = (work / name / "app.py").read_text()

@@ -38,7 +38,7 @@ from serve import launch
 
 from llmhost import Host, HostConfig, InferencingParams, StreamChunk
 from llmhost.config import ModelConfig
-from llmhost.domain.limits import BUILTIN_MODELS
+from llmhost.domain.limits import GENERATIVE_MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENS = 128
@@ -454,7 +454,7 @@ def run(cache_dir: Path, threads: int, rounds: int = 3) -> list[str]:
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     notes: list[str] = []
-    for model in BUILTIN_MODELS:
+    for model in GENERATIVE_MODELS:
         found: dict[str, Sample] = isolated(measure, model, threads, n_gpu_layers, cache_dir, rounds)
         found["http"], where = measure_http(model, threads, n_gpu_layers, cache_dir, rounds)
         for path, label in PATHS.items():

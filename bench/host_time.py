@@ -23,7 +23,7 @@ from typing import Any
 
 from llmhost import Host, HostConfig, InferencingParams, StreamChunk
 from llmhost.config import ModelConfig
-from llmhost.domain.limits import BUILTIN_MODELS
+from llmhost.domain.limits import GENERATIVE_MODELS
 from llmhost.domain.types import Constraint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -215,7 +215,7 @@ def _cell(f: dict[str, float], t: dict[str, float], name: str, fmt: str = ".3f",
 
 
 def run(cache_dir: Path, threads: int, n_gpu_layers: int, rounds: int = 3) -> list[str]:
-    found = {model: isolated(measure, model, threads, n_gpu_layers, cache_dir, rounds) for model in BUILTIN_MODELS}
+    found = {model: isolated(measure, model, threads, n_gpu_layers, cache_dir, rounds) for model in GENERATIVE_MODELS}
     rows = [
         f"Prompt {PROMPT!r}, greedy, {TOKENS} tokens; wall time minus the time inside `LlamaDecoder.decode`; "
         f"median of {rounds} rounds, each model in a fresh process. Guest figures are timed inside the guest "

@@ -22,7 +22,7 @@ from typing import Any
 
 from llmhost import Host, HostConfig, InferencingParams, build_component
 from llmhost.config import ModelConfig
-from llmhost.domain.limits import BUILTIN_MODELS
+from llmhost.domain.limits import GENERATIVE_MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "Once upon a time, there was a dragon who"
@@ -112,7 +112,7 @@ def run(cache_dir: Path, threads: int, n_gpu_layers: int, rounds: int = 3) -> li
         name: ModelConfig(
             threads=threads, n_gpu_layers=n_gpu_layers, slots=LOOPS, context_length=1024, prefix_cache=False
         )
-        for name in BUILTIN_MODELS
+        for name in GENERATIVE_MODELS
     }
     rows = [
         f"Prompt {PROMPT!r}, {TOKENS} greedy tokens, slots {LOOPS}; median of {rounds} rounds, each timing "
@@ -124,7 +124,7 @@ def run(cache_dir: Path, threads: int, n_gpu_layers: int, rounds: int = 3) -> li
     ]
     with Host(HostConfig(models=models, cache_dir=cache_dir)) as host:
         app = host.load(wasm)
-        for model in BUILTIN_MODELS:
+        for model in GENERATIVE_MODELS:
             ratios, scale, decode_scale, streams, gen_rate, loop_rate = _model_rows(host, app, model, rounds)
             rows.append(
                 f"| {model} | {gen_rate:.1f} | {loop_rate:.1f} | **{statistics.median(ratios):.2f}** | "

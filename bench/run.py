@@ -15,8 +15,9 @@ to first chunk, the sequences program, continuous batching (bench/batching.py), 
 (bench/deterministic.py) and `llmhost serve` (bench/serve.py). Plus structured output (bench/structured.py), the
 developer loop (bench/devloop.py), the guest SDK (bench/sdk.py), guest-side sampling (bench/processors.py), the
 compute thread (bench/compute_thread.py), the host's time outside llama_decode (bench/host_time.py), a GPU-speed
-simulation (bench/gpu_speed.py), the remote backend (bench/scaleout.py), component instantiation (p50 of
-20) and the second start of `llmhost run` (compiled component cached).
+simulation (bench/gpu_speed.py), the remote backend (bench/scaleout.py), JavaScript guests beside Python ones
+(bench/js_guests.py), component instantiation (p50 of 20) and the second start of `llmhost run` (compiled
+component cached).
 """
 
 from __future__ import annotations
@@ -39,105 +40,30 @@ import batching
 import compute_thread
 import deterministic
 import devloop
+import embeddings
 import gpu_speed
 import host_time
+import js_guests
 import plots
 import processors
 import scaleout
 import sdk
 import structured
+from bare import CONTEXT, MODEL, N_GPU_LAYERS, PROMPT, THREADS, TOKENS, Bare, model_path
 
 from llmhost import Host, HostConfig, InferencingParams
 from llmhost.config import FakeEngineConfig, ModelConfig
-from llmhost.domain.limits import BUILTIN_MODELS, SMOLLM2_MODEL
-from llmhost.engine.local.llama_decoder import llama_lib
-from llmhost.engine.local.models import default_model_path, smollm2_path
+from llmhost.domain.limits import GENERATIVE_MODELS, SMOLLM2_MODEL
 from llmhost.run.scope import RunScope
 from llmhost.toolchains.python import build_component
 
 ROOT = Path(__file__).resolve().parents[1]
-MODEL = "gemma-3-270m"
 MODEL_FILES = {MODEL: "Gemma 3 270M Q4_K_M", SMOLLM2_MODEL: "SmolLM2 135M Instruct Q4_1"}
-PROMPT = "Once upon a time, there was a dragon who"
-TOKENS = 128
-THREADS = int(os.environ.get("LLMHOST_BENCH_THREADS", "2"))
-N_GPU_LAYERS = int(os.environ.get("LLMHOST_BENCH_N_GPU_LAYERS", "0"))
-CONTEXT = 4096
 
 
 INFER = "(d) wasm guest calling llm.infer"
 STREAM = "(e) wasm guest reading llm.infer-stream"
 LONG_PROMPT = " ".join(f"Item {i}: a short line of text about item number {i}." for i in range(20))
-
-
-def model_path(model: str, cache_dir: Path) -> Path:
-    """The GGUF file of a built-in model (what the bare loops and llama-cpp-python load)."""
-    return default_model_path(cache_dir) if model == MODEL else smollm2_path(cache_dir)
-
-
-class Bare:
-    """(a) llama.cpp with nothing around it: one context, decode one token per step, greedy. `repack`: let
-    llama.cpp repack weights for its CPU kernels (its default; llmhost turns it off for exact batching)."""
-
-    def __init__(self, model_path: Path, repack: bool = False) -> None:
-        self.run, self.prefill = _bare_loop(model_path, repack)
-
-
-def _bare_loop(model_path: Path, repack: bool) -> tuple[Callable[[], tuple[int, float]], Callable[[str], float]]:
-    lib = llama_lib()
-    mparams = lib.llama_model_default_params()
-    mparams.n_gpu_layers = N_GPU_LAYERS if N_GPU_LAYERS >= 0 else 2**31 - 1
-    mparams.use_extra_bufts = repack
-    model = lib.llama_model_load_from_file(str(model_path).encode(), mparams)
-    cparams = lib.llama_context_default_params()
-    cparams.n_ctx, cparams.n_batch = CONTEXT, 512
-    cparams.n_threads = cparams.n_threads_batch = THREADS
-    ctx = lib.llama_init_from_model(model, cparams)
-    vocab = lib.llama_model_get_vocab(model)
-
-    def tokenize(text: str) -> list[int]:
-        data = text.encode()
-        buf = (lib.llama_token * (len(data) + 8))()
-        n = lib.llama_tokenize(vocab, data, len(data), buf, len(buf), True, True)
-        return list(buf[:n])
-
-    prompt = tokenize(PROMPT)
-    n_prompt = len(prompt)
-    batch = lib.llama_batch_init(512, 0, 1)
-    sampler = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
-    lib.llama_sampler_chain_add(sampler, lib.llama_sampler_init_greedy())
-
-    def fill(tokens: list[int], start: int) -> None:
-        for i, tok in enumerate(tokens):
-            batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, start + i, 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = int(i == len(tokens) - 1)
-        batch.n_tokens = len(tokens)
-
-    def run() -> tuple[int, float]:
-        lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
-        start = time.perf_counter()
-        fill(prompt, 0)
-        lib.llama_decode(ctx, batch)
-        for step in range(TOKENS):
-            tok = lib.llama_sampler_sample(sampler, ctx, -1)
-            if step == TOKENS - 1:
-                break
-            fill([tok], n_prompt + step)
-            lib.llama_decode(ctx, batch)
-        return TOKENS, time.perf_counter() - start
-
-    def prefill(text: str) -> float:
-        """Seconds to evaluate `text` and sample the first token: the floor of any time to first token."""
-        tokens = tokenize(text)
-        lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
-        start = time.perf_counter()
-        fill(tokens, 0)
-        lib.llama_decode(ctx, batch)
-        lib.llama_sampler_sample(sampler, ctx, -1)
-        return time.perf_counter() - start
-
-    return run, prefill
 
 
 def create_completion(model_path: Path) -> Callable[[], tuple[int, float]]:
@@ -502,15 +428,15 @@ def main() -> int:
 
     model_config = ModelConfig(threads=THREADS, n_gpu_layers=N_GPU_LAYERS, context_length=CONTEXT, prefix_cache=False)
     config = HostConfig(
-        models=dict.fromkeys(BUILTIN_MODELS, model_config),
+        models=dict.fromkeys(GENERATIVE_MODELS, model_config),
         compile_strategy="optimized",  # the throughput rows run Cranelift code; bench/devloop.py measures Winch
     )
-    paths = {model: model_path(model, config.cache_dir) for model in BUILTIN_MODELS}
+    paths = {model: model_path(model, config.cache_dir) for model in GENERATIVE_MODELS}
     wasm = config.cache_dir / "bench" / "bench-guest.wasm"
     build_component(ROOT / "bench" / "guest", wasm)
     # smollm2 decodes about twice as fast, but its pairs still cost minutes: half as many keep the run bounded.
     pairs = {MODEL: args.pairs, SMOLLM2_MODEL: max(1, args.pairs // 2)}
-    figures = [isolated(measure_model, config, wasm, model, args.rounds, pairs[model]) for model in BUILTIN_MODELS]
+    figures = [isolated(measure_model, config, wasm, model, args.rounds, pairs[model]) for model in GENERATIVE_MODELS]
     stream_cost, infer_cost = guest_cost_per_token(wasm)
     with Host(config) as host:  # no model is loaded: instantiating and starting a component use none
         inst = instantiate_p50(host, wasm)
@@ -518,11 +444,11 @@ def main() -> int:
     restart = second_start(wasm, env)
 
     batching_rows = sub_sections(
-        {m: isolated(batching.run, config, paths[m], m, THREADS, N_GPU_LAYERS) for m in BUILTIN_MODELS}
+        {m: isolated(batching.run, config, paths[m], m, THREADS, N_GPU_LAYERS) for m in GENERATIVE_MODELS}
     )
     deterministic_rows = isolated(deterministic.run, config, THREADS, N_GPU_LAYERS)  # both models, one table
     structured_rows = sub_sections(
-        {m: isolated(structured.run, config, paths[m], m, THREADS, N_GPU_LAYERS) for m in BUILTIN_MODELS}
+        {m: isolated(structured.run, config, paths[m], m, THREADS, N_GPU_LAYERS) for m in GENERATIVE_MODELS}
     )
     devloop_rows = isolated(devloop.run, config.cache_dir)
     sdk_rows = isolated(sdk.run, config, MODEL, THREADS, N_GPU_LAYERS, args.rounds)
@@ -532,7 +458,7 @@ def main() -> int:
     host_time_rows = host_time.run(config.cache_dir, THREADS, N_GPU_LAYERS)  # each model in a fresh process
     gpu_speed_rows = gpu_speed.run(config.cache_dir, THREADS)  # the same, and a simulated server
     scaleout_rows = sub_sections(
-        {m: isolated(scaleout.run, config.cache_dir, paths[m], m, THREADS) for m in BUILTIN_MODELS}
+        {m: isolated(scaleout.run, config.cache_dir, paths[m], m, THREADS) for m in GENERATIVE_MODELS}
     )
 
     models = ", ".join(f"{f.model} ({MODEL_FILES[f.model]})" for f in figures)
@@ -652,6 +578,8 @@ def main() -> int:
     from serve import serve_section  # bench/serve.py: `llmhost serve` requests/s, latency, instance cost
 
     lines += serve_section(config.cache_dir)
+    lines += isolated(js_guests.run, config.cache_dir, THREADS)  # a JavaScript guest beside a Python one
+    lines += isolated(embeddings.run, config.cache_dir, THREADS)  # beside Llama.embed; retrieval per model
     steal_end, total_end = cpu_times()
     if total_end > total_start:
         stolen = 100 * (steal_end - steal_start) / (total_end - total_start)

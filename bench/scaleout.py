@@ -170,12 +170,12 @@ def run(cache_dir: Path, model_path: Path, model: str, threads: int = 2) -> list
 def main() -> int:
     import os
 
-    from llmhost.domain.limits import BUILTIN_MODELS, DEFAULT_MODEL
+    from llmhost.domain.limits import DEFAULT_MODEL, GENERATIVE_MODELS
     from llmhost.engine.local.models import default_model_path, smollm2_path
 
     cache = Path(os.environ.get("LLMHOST_CACHE_DIR") or Path(tempfile.gettempdir()) / "llmhost-bench")
     threads = int(os.environ.get("LLMHOST_BENCH_THREADS", "2"))
-    for model in BUILTIN_MODELS:
+    for model in GENERATIVE_MODELS:
         path = default_model_path(cache) if model == DEFAULT_MODEL else smollm2_path(cache)
         print("\n".join([f"### {model}", "", *run(cache, path, model, threads), ""]))
     return 0

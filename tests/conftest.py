@@ -38,6 +38,11 @@ GUEST_SOURCES = {
     "js_probe": REPO / "tests" / "guests" / "js_probe",
     "hello-js": REPO / "guest-examples" / "hello-js",
 }
+# Guests of their own world (wit/ beside app.py), served as MCP tools by `llmhost mcp`.
+TOOL_GUEST_SOURCES = {
+    "mcp_probe": REPO / "tests" / "guests" / "mcp_probe",
+    "mcp-tools": REPO / "guest-examples" / "mcp-tools",
+}
 # Guests built against another WIT directory than the current one.
 GUEST_WIT = {"probe_0_1_0": REPO / "wit" / "0.1.0", "probe_0_2_0": REPO / "wit" / "0.2.0"}
 
@@ -78,6 +83,18 @@ def http_wasm(llmhost_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory)
         futures = {
             name: pool.submit(build_component, source, out / f"{name}.wasm", "http-app", cache_dir=llmhost_cache_dir)
             for name, source in HTTP_GUEST_SOURCES.items()
+        }
+        return {name: future.result() for name, future in futures.items()}
+
+
+@pytest.fixture(scope="session")
+def tool_wasm(llmhost_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every tool guest (`llmhost mcp`), built once per run (in parallel)."""
+    out = tmp_path_factory.mktemp("tool-guests")
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two cores
+        futures = {
+            name: pool.submit(build_component, source, out / f"{name}.wasm", cache_dir=llmhost_cache_dir)
+            for name, source in TOOL_GUEST_SOURCES.items()
         }
         return {name: future.result() for name, future in futures.items()}
 

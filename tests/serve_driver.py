@@ -114,20 +114,20 @@ class Server:
 
 @contextmanager
 def serving(
-    args: Sequence[str], cache_dir: Path, cwd: Path | None = None, nofile: int | None = None
+    args: Sequence[str], cache_dir: Path, cwd: Path | None = None, nofile: int | None = None, command: str = "serve"
 ) -> Iterator[Server]:
-    """Run `llmhost serve ARGS --listen 127.0.0.1:0` until the block ends (then SIGTERM). `nofile`: the server's
-    RLIMIT_NOFILE, soft and hard."""
+    """Run `llmhost serve ARGS --listen 127.0.0.1:0` (or another `command`, e.g. `mcp`) until the block ends (then
+    SIGTERM). `nofile`: the server's RLIMIT_NOFILE, soft and hard."""
     env = {k: v for k, v in os.environ.items() if k not in ("LLMHOST_CONFIG", "LLMHOST_LISTEN")}
     env["LLMHOST_CACHE_DIR"] = str(cache_dir)
-    command = [LLMHOST, "serve", *args, "--listen", "127.0.0.1:0"]
+    argv = [LLMHOST, command, *args, "--listen", "127.0.0.1:0"]
 
     def limit_descriptors() -> None:
         if nofile is not None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
     process = subprocess.Popen(
-        command,
+        argv,
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,

@@ -41,6 +41,8 @@ PARAM_OF_MESSAGE = [
 def api_error(error, model, writer, param=None):
     """The OpenAI error for a failed host call: the one place that maps the SDK's errors."""
     if isinstance(error, ModelNotSupported):
+        if "embedding-only" in error.message:  # the model exists but cannot generate: say why (the host's words)
+            return BadRequest(error.message, "model", 400, "model_not_supported")
         return model_not_found(model)
     message = error.message or "generation failed"
     if isinstance(error, InvalidInput):

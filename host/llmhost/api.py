@@ -84,6 +84,7 @@ class LinkedComponent:
     component: Component
     linker: Linker
     compiled: bool  # whether loading it compiled (False: served from the cache)
+    cache_file: Path | None = None  # where the compiled code is cached (what is derived from it can sit beside)
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,7 @@ class Host:
         # `allowed_key`: the config key that grants the models, named when a model is refused.
         llm = self._llm.restricted_to(self._allowed(allowed_models), allowed_key)
         linker = build_linker(wasm_engine, loaded.component, llm, self.limits, extra=extra)
-        return LinkedComponent(wasm_engine, loaded.component, linker, loaded.compiled)
+        return LinkedComponent(wasm_engine, loaded.component, linker, loaded.compiled, loaded.cache_file)
 
     def _allowed(self, models: Iterable[str] | None) -> frozenset[str] | None:
         """An allow-list as the service checks it: an alias (`models.NAME.aliases`) grants its model."""

@@ -90,6 +90,23 @@ class Settings:
         return Host(self.config(), note=_note)
 
 
+def listen_option(help: str) -> Callable[[F], F]:
+    return click.option("--listen", envvar="LLMHOST_LISTEN", show_envvar=True, help=help)
+
+
+def log_level_option(help: str) -> Callable[[F], F]:
+    """`--log-level` (also `LLMHOST_LOG_LEVEL`) of the servers; logs go to stderr."""
+    return click.option(
+        "--log-level",
+        type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+        default="info",
+        show_default=True,
+        envvar="LLMHOST_LOG_LEVEL",
+        show_envvar=True,
+        help=help,
+    )
+
+
 def config_option(help: str) -> Callable[[F], F]:
     """`--config/-c` (also `LLMHOST_CONFIG`): the host's config, or `serve`'s app config."""
     return click.option(
@@ -225,11 +242,12 @@ def wit(output: Path) -> None:
 @click.option(
     "--template",
     "-t",
-    type=click.Choice(["command", "http-app", "openai-compat", "chat"]),
+    type=click.Choice(["command", "http-app", "openai-compat", "chat", "mcp-tool"]),
     default="command",
     show_default=True,
     help="command: a program for `llmhost run`; http-app: an HTTP handler for `llmhost serve`; openai-compat: an "
-    "OpenAI-compatible API; chat: a streaming chat page.",
+    "OpenAI-compatible API; chat: a streaming chat page; mcp-tool: functions served as MCP tools by `llmhost mcp` "
+    "(its own WIT world in wit/).",
 )
 @click.option(
     "--lang",
@@ -251,21 +269,8 @@ def new(name: str, template: str, lang: str) -> None:
 @cli.command()
 @click.argument("app", required=False, type=click.Path(exists=True, path_type=Path), envvar="LLMHOST_SERVE_APP")
 @config_option("App config (TOML): routes, components, grants, limits, listen address, models. Overrides llmhost -c.")
-@click.option(
-    "--listen",
-    envvar="LLMHOST_LISTEN",
-    show_envvar=True,
-    help="HOST:PORT to listen on (port 0: any free port) [default: the config's `listen`, else 127.0.0.1:8080].",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(["critical", "error", "warning", "info", "debug"]),
-    default="info",
-    show_default=True,
-    envvar="LLMHOST_LOG_LEVEL",
-    show_envvar=True,
-    help="info logs one line per request: method, path, status, duration, tokens.",
-)
+@listen_option("HOST:PORT to listen on (port 0: any free port) [default: the config's `listen`, else 127.0.0.1:8080].")
+@log_level_option("info logs one line per request: method, path, status, duration, tokens.")
 @click.pass_obj
 @reports_errors
 def serve(settings: Settings, app: Path | None, config_path: Path | None, listen: str | None, log_level: str) -> None:
@@ -283,6 +288,40 @@ def serve(settings: Settings, app: Path | None, config_path: Path | None, listen
         app = _build_for_run(settings, app, "http-app")
     serve_settings = settings_for(config_path or settings.config_path, app, listen, settings.cache_dir)
     sys.exit(run(serve_settings, log_level))
+
+
+@cli.command()
+@click.argument("app", required=False, type=click.Path(exists=True, path_type=Path))
+@config_option("App config (TOML), as for serve: components, grants, limits, models, API keys.")
+@listen_option("Serve Streamable HTTP on HOST:PORT at /mcp (port 0: any free port) instead of stdio.")
+@log_level_option("info logs one line per tool call that fails, and the tools at start.")
+@click.pass_obj
+@reports_errors
+def mcp(settings: Settings, app: Path | None, config_path: Path | None, listen: str | None, log_level: str) -> None:
+    """Serve the functions a component exports as MCP tools: APP.wasm (or a guest directory, built first when its
+    sources changed) over stdio, or every component of an app config over Streamable HTTP with --listen.
+
+    Each call runs in a fresh sandboxed instance with the component's limits, its generations batched with every
+    other caller's.
+    """
+    from llmhost.mcp.server import run
+    from llmhost.serve import settings_for
+
+    if app is None and config_path is None and settings.config_path is None:
+        raise click.UsageError("give APP.wasm or a guest directory, or an app config with -c/--config")
+    if app is not None and app.is_dir():
+        app = _build_tool_guest(settings, app)
+    serve_settings = settings_for(config_path or settings.config_path, app, listen, settings.cache_dir, routed=False)
+    sys.exit(run(serve_settings, stdio=listen is None, log_level=log_level))
+
+
+def _build_tool_guest(settings: Settings, app_dir: Path) -> Path:
+    """`llmhost mcp DIR`: build (when the sources changed) a guest of its own world into the cache."""
+    from llmhost.toolchains import build_component
+
+    config = settings.config()
+    output = config.cache_dir / "dev" / f"{app_dir.resolve().name}.wasm"
+    return build_component(app_dir, output, cache_dir=config.cache_dir, note=_note)
 
 
 @cli.command()

@@ -33,7 +33,7 @@ class _Section(BaseModel):
 
 
 class ModelConfig(_Section):
-    """One model. `path: None` means the embedded default (Gemma 3 270M from PyPI)."""
+    """One model. `path: None` means a built-in model's file (Gemma 3 270M, SmolLM2 or all-MiniLM-L6-v2)."""
 
     path: Path | None = None
     context_length: int = Field(DEFAULT_CONTEXT_LENGTH, ge=16)
@@ -62,6 +62,12 @@ class ModelConfig(_Section):
     # Other names this model answers to everywhere (requests, allow-lists), e.g. hosted models' names so that an
     # OpenAI client configured for one works unchanged. An alias is no model's name and no other alias.
     aliases: tuple[Annotated[str, Field(min_length=1)], ...] = ()
+    # How an embedding is pooled from the last hidden states: None takes the GGUF's `<arch>.pooling_type` (mean for
+    # generative models without one); "mean" | "cls" (the first token) | "last" (the last token) override it.
+    pooling: Literal["mean", "cls", "last"] | None = None
+    # A model only for embeddings: every generation call is refused with `model-not-supported`, and the model gets
+    # no generation slots or KV cache. Implied by a GGUF whose attention is non-causal (BERT, nomic-bert).
+    embeddings_only: bool = False
 
     # --- where the model runs (docs/scale-out.md) ---------------------------------------------------------
     # "llama-cpp": in this process. "openai": on remote OpenAI-compatible servers (vLLM, SGLang, llama.cpp's

@@ -17,6 +17,7 @@ MODEL = "gemma-3-270m"
 SMALL = "gemma-small-context"  # the same weights with a 64-token window, to fill the context quickly
 SMALL_CONTEXT = 64
 CACHED = "gemma-prefix-cache"  # the same weights with the prompt-prefix cache on
+MINILM = "all-minilm-l6-v2"  # the built-in embedding model (BERT encoder, 384 dimensions)
 SMOL = "smollm2-135m"  # the second built-in model (49k vocabulary, ChatML template in its GGUF)
 MODELS = (MODEL, SMOL)  # suites that test model behaviour run on both
 # Each built-in model's end-of-generation tokens (vocabulary facts): a request that forbids them (logit bias -100)
@@ -35,6 +36,7 @@ def real_config(llmhost_cache_dir: Path) -> HostConfig:
             SMALL: ModelConfig(path=weights, context_length=SMALL_CONTEXT, prefix_cache=False),
             CACHED: ModelConfig(path=weights),
             SMOL: ModelConfig(prefix_cache=False),
+            MINILM: ModelConfig(),  # the built-in embedding model (loaded only by the tests that embed with it)
         },
         cache_dir=llmhost_cache_dir,
     )

@@ -314,3 +314,33 @@ def test_contrastive_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: 
     assert matches[-2].group(1) == texts[0]
     assert matches[-1].group(2) == texts[1]
     assert texts[0] != texts[1]  # the contrast changed the choice somewhere
+
+
+def test_rag_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: Host) -> None:
+    """rag: the passages it used are the nearest ones by the Python API's embeddings (all-minilm-l6-v2), with
+    their cosines; its answer is `infer` of the same prompt on this machine."""
+    commands, expected = readme_blocks("rag")
+    build, run = run_readme_commands(commands, tmp_path, llmhost_cache_dir)
+    assert build.returncode == 0, build.stderr
+    assert run.returncode == 0, run.stderr
+    corpus, question = _source_constant("rag", "CORPUS"), _source_constant("rag", "QUESTION")
+    top_k, prompt, params = (_source_constant("rag", name) for name in ("TOP_K", "PROMPT", "PARAMS"))
+    assert isinstance(corpus, list) and isinstance(question, str) and isinstance(top_k, int)
+    assert isinstance(prompt, str) and isinstance(params, dict)
+    used = r"used \[(\d+)\] (-?\d\.\d{3}) (.*)"
+    matches = readme.assert_shape(run.stdout, expected, [used] * top_k + [r"answer:.*"])
+    passages = real_host.embeddings("all-minilm-l6-v2", corpus).embeddings
+    query = real_host.embeddings("all-minilm-l6-v2", [question]).embeddings[0]
+    scores = [sum(a * b for a, b in zip(query, p, strict=True)) for p in passages]
+    best = sorted(range(len(corpus)), key=lambda i: -scores[i])[:top_k]
+    assert [int(m.group(1)) for m in matches[:top_k]] == best
+    for match in matches[:top_k]:
+        index = int(match.group(1))
+        assert match.group(3) == corpus[index] and abs(float(match.group(2)) - scores[index]) <= 0.002
+    context = "\n".join(f"- {corpus[i]}" for i in best)
+    want = real_host.infer(
+        MODEL,
+        prompt.format(context=context, question=question),
+        InferencingParams(max_tokens=params["max_tokens"], temperature=0.0, stop=tuple(params["stop"])),
+    )
+    assert matches[-1].group(0) == f"answer:{want.text}"

@@ -20,6 +20,7 @@ from .conftest import END_TOKENS
 pytestmark = [pytest.mark.model, pytest.mark.wasm]
 
 MODEL = "gemma-3-270m"
+EMBEDDING_MODEL = "all-minilm-l6-v2"  # the built-in embedding model
 API_KEY = "sk-test-4c7e0b9d2f"  # must never show up in the server's log
 SHORT_DEADLINE_S = 2.0  # the /short route: time to first byte and between writes
 CAP_S = 6.0  # the /capped route: the whole request (its idle deadline is long)
@@ -207,8 +208,30 @@ def test_embeddings(client: Any) -> None:
     vectors = [d.embedding for d in result.data]
     assert len(vectors) == 3 and len({len(v) for v in vectors}) == 1 and len(vectors[0]) > 100
     assert result.usage.prompt_tokens > 0
-    floats = client.embeddings.create(model=MODEL, input=texts[0], encoding_format="float")
+    floats = client.embeddings.create(model=MODEL, input=texts, encoding_format="float")  # the same packed call
     assert floats.data[0].embedding == pytest.approx(vectors[0], abs=1e-6)
+
+
+def test_embeddings_with_the_builtin_embedding_model(client: Any, llmhost_cache_dir: Path) -> None:
+    """all-minilm-l6-v2 through /v1/embeddings: the host's own vectors and usage; generation on it is refused
+    with a 400 that says why."""
+    from openai import BadRequestError
+
+    from llmhost import Host, HostConfig
+
+    texts = ["How tall is Kilimanjaro?", "Kilimanjaro rises 5,895 metres.", "A kitten rested on the rug."]
+    result = client.embeddings.create(model=EMBEDDING_MODEL, input=texts, encoding_format="float")
+    vectors = [d.embedding for d in result.data]
+    with Host(HostConfig(cache_dir=llmhost_cache_dir)) as host:
+        want = host.embeddings(EMBEDDING_MODEL, texts)
+    assert [len(v) for v in vectors] == [384, 384, 384]
+    assert all(v == pytest.approx(w, abs=1e-5) for v, w in zip(vectors, want.embeddings, strict=True))
+    assert result.usage.prompt_tokens == want.prompt_token_count
+    with pytest.raises(BadRequestError, match="embedding-only") as refused:
+        client.completions.create(model=EMBEDDING_MODEL, prompt="Hello", max_tokens=2)
+    assert refused.value.status_code == 400
+    with pytest.raises(BadRequestError, match="embedding-only"):
+        client.chat.completions.create(model=EMBEDDING_MODEL, messages=QUESTION, max_tokens=2)
 
 
 # -- chat features ------------------------------------------------------------------------------------------------

@@ -117,11 +117,17 @@ def test_token_id_inputs_embed_as_their_text_and_usage_counts_every_token(client
     assert as_ids.usage.prompt_tokens == sum(len(i) for i in ids)
     for a, b in zip(as_text.data, as_ids.data, strict=True):
         assert a.embedding == pytest.approx(b.embedding, abs=1e-6)
+
+    # Texts share decode calls (packed batches), and Gemma's K-quant kernels round a row otherwise in a call of 8 or
+    # more tokens than in a smaller one: a text embedded in another call's company agrees to a cosine, not to 1e-6.
+    def same(a: list[float], b: list[float]) -> bool:
+        return sum(x * y for x, y in zip(a, b, strict=True)) > 0.999  # unit vectors
+
     one = client.embeddings.create(model=MODEL, input=ids[0], encoding_format="float")  # a flat list: one input
-    assert len(one.data) == 1 and one.data[0].embedding == pytest.approx(as_text.data[0].embedding, abs=1e-6)
+    assert len(one.data) == 1 and same(one.data[0].embedding, as_text.data[0].embedding)
     mixed = client.embeddings.create(model=MODEL, input=[texts[1], ids[0]], encoding_format="float")
-    assert mixed.data[0].embedding == pytest.approx(as_text.data[1].embedding, abs=1e-6)
-    assert mixed.data[1].embedding == pytest.approx(as_text.data[0].embedding, abs=1e-6)
+    assert same(mixed.data[0].embedding, as_text.data[1].embedding)
+    assert same(mixed.data[1].embedding, as_text.data[0].embedding)
 
 
 def test_prompt_usage_counts_every_token_in_completions_and_chat(

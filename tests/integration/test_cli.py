@@ -71,6 +71,7 @@ def test_models(fake_config_file: Path) -> None:
     assert [row.split(maxsplit=3) for row in rows] == [
         ["gemma-3-270m", "4096", "-", "(built-in default)"],
         ["smollm2-135m", "4096", "-", "(built-in)"],
+        ["all-minilm-l6-v2", "4096", "-", "(built-in)"],
     ]
 
 

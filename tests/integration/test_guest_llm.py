@@ -170,7 +170,8 @@ def test_host_api(fake_host: Host) -> None:
     assert (result.text, result.finish_reason.value) == ("Hello", "length")
     assert fake_host.tokenize(MODEL, "a") == [1, ord("a") + 3]
     assert fake_host.model_info(MODEL).context_length == 64
-    assert [m.name for m in fake_host.models()] == [MODEL, "smollm2-135m"]  # both built-in models, always configured
+    # The built-in models, always configured.
+    assert [m.name for m in fake_host.models()] == [MODEL, "smollm2-135m", "all-minilm-l6-v2"]
     with pytest.raises(InvalidInput, match="top-p"):
         fake_host.infer(MODEL, "hi", InferencingParams(top_p=0))
     with pytest.raises(ModelNotSupported):

@@ -399,10 +399,12 @@ def test_embed_returns_vectors_with_their_usage(sdk: tuple[Any, FakeLlm]) -> Non
     class EmbeddingsUsage:
         prompt_token_count: int
 
-    fake.generate_embeddings = lambda model, texts: EmbeddingsResult(  # type: ignore[attr-defined]
-        [[1.0, 0.0] for _ in texts], EmbeddingsUsage(7)
+    models: list[str] = []
+    fake.generate_embeddings = lambda model, texts: (  # type: ignore[attr-defined]
+        models.append(model) or EmbeddingsResult([[1.0, 0.0] for _ in texts], EmbeddingsUsage(7))
     )
     vectors = guest.llm.embed(["a", "b"])
+    assert models == ["all-minilm-l6-v2"]  # the built-in embedding model by default
     assert vectors == [[1.0, 0.0], [1.0, 0.0]] and isinstance(vectors, list)
     assert vectors.usage.prompt_tokens == 7
 

@@ -200,6 +200,7 @@ def test_llmhost_models_lists_each_models_aliases(tmp_path: Path) -> None:
     assert [row.split(maxsplit=3) for row in rows] == [
         ["gemma-3-270m", "4096", ",".join(ALIASES), "(built-in default)"],
         ["smollm2-135m", "4096", "-", "(built-in)"],
+        ["all-minilm-l6-v2", "4096", "-", "(built-in)"],
     ]
 
 

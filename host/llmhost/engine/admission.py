@@ -41,8 +41,16 @@ class AdmissionQueue:
     """The FIFO of one model's waiting work. `lock` is the model's (an RLock for local models): `take`, `on_admit`
     and `on_fail` run under it, and `wait` releases it while it sleeps."""
 
-    def __init__(self, lock: Any, what: str, capacity_key: str, timeout_s: float = ADMISSION_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        lock: Any,
+        what: str,
+        capacity_key: str,
+        timeout_s: float = ADMISSION_TIMEOUT_S,
+        on_wait: Callable[[float], None] = lambda seconds: None,
+    ) -> None:
         self.lock = lock
+        self._on_wait = on_wait  # each admission's wait in the queue, in seconds (the metrics' histogram)
         self._what = what  # "the 4 sequence slots of gemma-3-270m"
         self._capacity_key = capacity_key  # "models.gemma-3-270m.slots"
         self._timeout_s = timeout_s
@@ -53,6 +61,11 @@ class AdmissionQueue:
     def __len__(self) -> int:
         with self.lock:
             return len(self._queue)
+
+    @property
+    def waiting(self) -> int:
+        """Tickets in the queue now, read without the lock (for metrics: never waits behind a decode step)."""
+        return len(self._queue)
 
     def kinds(self) -> list[str]:
         """The kinds waiting, head first."""
@@ -87,6 +100,7 @@ class AdmissionQueue:
                     self._queue.popleft()
                     head.admitted = True
                     self.admitted.append(head.kind)
+                    self._on_wait(max(0.0, now - head.submitted_at))
                     head.on_admit()
                 elif now - head.submitted_at > self._timeout_s:
                     self._queue.popleft()
@@ -117,7 +131,9 @@ class AdmissionQueue:
     def enter(self, kind: str, take: Callable[[], bool], check: Callable[[], None] | None = None) -> None:
         """Claim capacity in turn: at once when nobody waits and it is free, else wait in the queue (`wait`)."""
         with self.lock:
-            if not self.try_enter(take):
+            if self.try_enter(take):
+                self._on_wait(0.0)
+            else:
                 self.wait(Ticket(kind, take), check)
 
     def wait(self, ticket: Ticket, check: Callable[[], None] | None = None) -> None:

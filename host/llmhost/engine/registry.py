@@ -10,6 +10,7 @@ from typing import Any
 from llmhost.config import FakeEngineConfig, HostConfig, ModelConfig, alias_map
 from llmhost.domain.types import ModelInfo
 from llmhost.engine.base import Engine, configured
+from llmhost.engine.observer import Observers, no_observers
 
 
 class Registry:
@@ -62,13 +63,16 @@ class Registry:
         return list(seen.values())
 
 
-def create_registry(config: HostConfig, note: Callable[[str], None] | None = None) -> Registry:
-    """`note` gets progress messages (loading a model takes a second or more)."""
+def create_registry(
+    config: HostConfig, note: Callable[[str], None] | None = None, observers: Observers = no_observers
+) -> Registry:
+    """`note` gets progress messages (loading a model takes a second or more); `observers(name)` gives each local
+    model's observer (metrics)."""
     local = {name: m for name, m in config.models.items() if m.backend == "llama-cpp"}
     remote = {name: m for name, m in config.models.items() if m.backend == "openai"}
     engines: dict[str, Engine] = {}
     if local or not remote:
-        engine = _local_engine(config, local, note)
+        engine = _local_engine(config, local, note, observers)
         engines.update(dict.fromkeys(engine.model_names(), engine))
     if remote:
         # Imported here: a host with only local models never loads the HTTP client.
@@ -79,7 +83,9 @@ def create_registry(config: HostConfig, note: Callable[[str], None] | None = Non
     return Registry(engines, [name for name in config.models if name in engines] or list(engines), aliases)
 
 
-def _local_engine(config: HostConfig, models: Mapping[str, ModelConfig], note: Callable[[str], None] | None) -> Engine:
+def _local_engine(
+    config: HostConfig, models: Mapping[str, ModelConfig], note: Callable[[str], None] | None, observers: Observers
+) -> Engine:
     if isinstance(config.engine, FakeEngineConfig):
         from llmhost.engine.fake import FakeEngine
 
@@ -91,4 +97,6 @@ def _local_engine(config: HostConfig, models: Mapping[str, ModelConfig], note: C
     # Imported here so that `llmhost --help` and unit tests never load llama.cpp.
     from llmhost.engine.local.engine import LlamaCppEngine
 
-    return LlamaCppEngine({name: config.models[name] for name in models}, cache_dir=config.cache_dir, note=note)
+    return LlamaCppEngine(
+        {name: config.models[name] for name in models}, cache_dir=config.cache_dir, note=note, observers=observers
+    )

@@ -25,9 +25,18 @@ from llmhost.interfaces.http import WriteClosed, WriteInvalid
 from llmhost.run.scope import RunScope, TokenBudget
 from llmhost.runtime import abi
 from llmhost.serve.auth import UNAUTHORIZED_BODY, ApiKeys
-from llmhost.serve.component import GuestFailure, HttpComponent, HttpRequest, HttpResponse, escape_controls
+from llmhost.serve.component import (
+    DEADLINE,
+    LOG_DROPPED,
+    GuestFailure,
+    HttpComponent,
+    HttpRequest,
+    HttpResponse,
+    escape_controls,
+)
 from llmhost.serve.config import ComponentSettings
 from llmhost.serve.deadline import Deadline
+from llmhost.serve.metrics import NO_COMPONENT, RequestObserver
 
 _log = logging.getLogger("llmhost.serve")
 _REQUEST_IDS = itertools.count(1)
@@ -94,8 +103,10 @@ class ServeApp:
         body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
         max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
         api_keys: ApiKeys | None = None,
+        observer: RequestObserver | None = None,
     ) -> None:
         self.api_keys = api_keys if api_keys is not None else ApiKeys()
+        self.observer = observer if observer is not None else RequestObserver()  # metrics (no-op when off)
         self._components = components
         self._routes = sorted(routes.items(), key=lambda item: len(item[0]), reverse=True)
         self._executor = executor
@@ -139,13 +150,14 @@ class ServeApp:
             return GuestFailure(CLIENT_CLOSED_STATUS, scope.cancelled)
         if remaining <= 0:
             key = component.settings.limit_key("deadline_s")
-            return GuestFailure(504, f"the request waited for a free worker past its deadline ({key})")
+            return GuestFailure(504, f"the request waited for a free worker past its deadline ({key})", DEADLINE)
         self._live.add(scope)
         try:
             # The instance is interrupted only after the grace in which a guest told of its deadline ends its
             # response; each write moves this further (`interfaces.http`, see `deadline`).
             budget = remaining + DEADLINE_GRACE_S
-            return component.handle(request, writer, budget, writer.request_id, self.max_log_bytes, scope)
+            dropped = lambda: self.observer.failure(component.name, LOG_DROPPED)  # noqa: E731
+            return component.handle(request, writer, budget, writer.request_id, self.max_log_bytes, scope, dropped)
         except GuestFailure as failure:
             return failure
         except HostError as error:
@@ -183,6 +195,8 @@ class Exchange:
         self.overrun: str | None = None  # the deadline passed (the guest is ending its response within the grace)
         self._send_lock = asyncio.Lock()
         self._scope: RunScope | None = None
+        self.component = NO_COMPONENT  # the routed component's name (metrics)
+        self.failure: str | None = None  # how its guest failed (`component.FAILURE_KINDS`), if it did
 
     async def run(self) -> None:
         try:
@@ -191,6 +205,9 @@ class Exchange:
             duration = time.monotonic() - self._arrived
             tokens = self._scope.tokens if self._scope is not None else 0
             status = self.status or CLIENT_CLOSED_STATUS
+            self._app.observer.request(self.component, status, duration)
+            if self.failure is not None:
+                self._app.observer.failure(self.component, self.failure)
             note = f" ({escape_controls(self.note)})" if self.note else ""  # a trap's reason is the guest's text
             _log.info(
                 "[%s] %s %s %d %.3fs tokens=%d%s",
@@ -214,6 +231,7 @@ class Exchange:
         if component is None:
             await self.respond(404, f"no route for {self.path}")
             return
+        self.component = component.name
         if not self._app.api_keys.allows(self.headers):
             await self.respond_unauthorized()
             return
@@ -270,7 +288,7 @@ class Exchange:
             if not work.done():
                 # It is interrupted now (epoch); answer without it (a guest blocked in a host call ends on its own).
                 self._close(reason, scope)
-                return GuestFailure(504, reason)
+                return GuestFailure(504, reason, DEADLINE)
         return work.result()
 
     async def _finish(self, outcome: HttpResponse | GuestFailure) -> None:
@@ -279,9 +297,12 @@ class Exchange:
             return
         if self.closed is not None and isinstance(outcome, HttpResponse):
             outcome = GuestFailure(504, self.closed)  # it answered, but only after its deadline
+        if self.overrun is not None:  # the deadline passed, whether or not the guest ended its response in the grace
+            self.failure = DEADLINE
         if isinstance(outcome, HttpResponse) and self.overrun is not None:
             self.note = f"ended within the grace: {self.overrun}"
         if isinstance(outcome, GuestFailure):
+            self.failure = outcome.kind or self.failure
             self.note = outcome.reason
             if self.status == 0:
                 await self.respond(outcome.status, outcome.reason)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from wasmtime import Store, WasmtimeError
@@ -65,13 +66,20 @@ class HttpResponse:
     body: bytes
 
 
-class GuestFailure(Exception):
-    """The guest did not produce a response: `status` is 500 (trap, memory) or 504 (deadline)."""
+# The kinds of guest failure the metrics count (`llmhost_guest_failures_total{kind}`).
+TRAP, DEADLINE, MEMORY, LOG_DROPPED = "trap", "deadline", "memory", "log-dropped"
+FAILURE_KINDS = (TRAP, DEADLINE, MEMORY, LOG_DROPPED)
 
-    def __init__(self, status: int, reason: str) -> None:
+
+class GuestFailure(Exception):
+    """The guest did not produce a response: `status` is 500 (trap, memory) or 504 (deadline); `kind` is one of
+    `FAILURE_KINDS`, or None when the guest is not to blame (its client left, a host error)."""
+
+    def __init__(self, status: int, reason: str, kind: str | None = None) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
+        self.kind = kind
 
 
 class HttpComponent:
@@ -116,28 +124,16 @@ class HttpComponent:
         request_id: str = "-",
         max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
         scope: RunScope | None = None,
+        on_log_dropped: Callable[[], None] = lambda: None,
     ) -> HttpResponse:
         """Run `handler.handle` in a fresh instance (on the calling thread) that may run for `deadline_s`.
 
         Raises `GuestFailure` when the guest traps, runs out of memory or past its deadline. What the guest
         writes to stdout and stderr is logged, each line one record prefixed with the component and
-        `request_id` (so a guest cannot forge the server's own lines), at most `max_log_bytes` of it.
+        `request_id` (so a guest cannot forge the server's own lines), at most `max_log_bytes` of it; past that,
+        `on_log_dropped()` is called once.
         """
-        outputs = {"stdout": CapturedOutput(lambda _: None), "stderr": CapturedOutput(lambda _: None)}
-        read: dict[str, tuple[bytes, bytes, int]] = {}
-
-        def collect() -> tuple[bytes, bytes, int]:  # once: reading removes the files
-            if not read:
-                budget = max_log_bytes
-                for name, output in outputs.items():
-                    read[name] = output.read_capped(budget)
-                    budget -= len(read[name][0])
-            return read["stderr"]
-
-        def guest_stderr() -> bytes:
-            head, tail, size = collect()
-            return head if size <= len(head) else head + b"\n...\n" + tail
-
+        output = GuestOutput(self.name, request_id, max_log_bytes)
         sandbox = self.settings.sandbox.model_copy(update={"timeout_s": max(deadline_s, 0.001)})
         # The request's scope (its cancellation and token budget come from the server) owns what the guest opens,
         # its response writer included.
@@ -146,12 +142,12 @@ class HttpComponent:
         store: Store | None = None
         try:
             store = new_store(
-                self._engine, sandbox, [self.name], stdout=outputs["stdout"], stderr=outputs["stderr"], scope=scope
+                self._engine, sandbox, [self.name], stdout=output.stdout, stderr=output.stderr, scope=scope
             )
             try:
                 instance = self._linker.instantiate(store, self._component)
             except WasmtimeError as error:
-                raise GuestFailure(500, f"{self.name} cannot be instantiated: {_cause(str(error))}") from None
+                raise GuestFailure(500, f"{self.name} cannot be instantiated: {_cause(str(error))}", TRAP) from None
             handle = instance.get_func(store, self._handle)
             assert handle is not None  # checked at load
             request_value = abi.http_request_to_wit(
@@ -161,7 +157,7 @@ class HttpComponent:
                 value = handle(store, request_value, abi.borrow_resource(rep, WRITER_TYPE_ID))
                 handle.post_return(store)
             except WasmtimeError as error:
-                raise self._failure(str(error), guest_stderr()) from None
+                raise guest_failure(self.settings, str(error), output.stderr_text()) from None
             status, headers, body = abi.http_response_from_wit(value)
             return HttpResponse(status, headers, body)
         finally:
@@ -170,34 +166,63 @@ class HttpComponent:
             scope.close()
             if store is not None:
                 store.close()
-            collect()
-            for name, (head, _, size) in read.items():
-                for line in guest_lines(head.decode("utf-8", "replace")):
-                    _guest_log.info("%s [%s] %s: %s", self.name, request_id, name, line)
-                if size > len(head):
-                    _guest_log.warning(
-                        "%s [%s] %s: %d more bytes not logged (limit `max-log-bytes`: %d per request)",
-                        self.name,
-                        request_id,
-                        name,
-                        size - len(head),
-                        max_log_bytes,
-                    )
+            if output.log():
+                on_log_dropped()
 
-    def _failure(self, message: str, stderr: bytes) -> GuestFailure:
-        cause = _cause(message)
-        if "wasm trap: interrupt" in cause:
-            limit = self.settings.limits.deadline_s
-            return GuestFailure(504, f"{self.name} ran past its deadline of {limit} s ({self._key('deadline_s')})")
-        text = stderr.decode("utf-8", "replace")
-        if "MemoryError" in text:
-            limit = self.settings.limits.max_memory_mb
-            return GuestFailure(500, f"{self.name} ran out of memory (limit {limit} MB, {self._key('max_memory_mb')})")
-        detail = _python_error(text) or cause
-        return GuestFailure(500, f"{self.name} trapped: {detail}"[:MAX_REASON_CHARS])
 
-    def _key(self, field: str) -> str:
-        return self.settings.limit_key(field)
+class GuestOutput:
+    """What one guest instance writes to stdout and stderr, captured (at most `max_log_bytes` of it kept), then
+    logged, each line one record prefixed with the component and the request id (so that a guest cannot forge the
+    server's own lines)."""
+
+    def __init__(self, component: str, request_id: str, max_log_bytes: int) -> None:
+        self.stdout, self.stderr = CapturedOutput(lambda _: None), CapturedOutput(lambda _: None)
+        self._component, self._request_id, self._max = component, request_id, max_log_bytes
+        self._read: dict[str, tuple[bytes, bytes, int]] = {}
+
+    def _collect(self) -> dict[str, tuple[bytes, bytes, int]]:
+        if not self._read:  # once: reading removes the files
+            budget = self._max
+            for name, output in (("stdout", self.stdout), ("stderr", self.stderr)):
+                self._read[name] = output.read_capped(budget)
+                budget -= len(self._read[name][0])
+        return self._read
+
+    def stderr_text(self) -> bytes:
+        head, tail, size = self._collect()["stderr"]
+        return head if size <= len(head) else head + b"\n...\n" + tail
+
+    def log(self) -> bool:
+        """Log what the guest wrote; returns whether some of it was dropped (past `max-log-bytes`)."""
+        dropped = False
+        for name, (head, _, size) in self._collect().items():
+            for line in guest_lines(head.decode("utf-8", "replace")):
+                _guest_log.info("%s [%s] %s: %s", self._component, self._request_id, name, line)
+            if size > len(head):
+                dropped = True
+                _guest_log.warning(
+                    "%s [%s] %s: %d more bytes not logged (limit `max-log-bytes`: %d per request)",
+                    self._component,
+                    self._request_id,
+                    name,
+                    size - len(head),
+                    self._max,
+                )
+        return dropped
+
+
+def guest_failure(settings: ComponentSettings, message: str, stderr: bytes) -> GuestFailure:
+    """A guest's trap as the failure a client is told: past its deadline (504), out of memory, or the trap (500)."""
+    cause, name = _cause(message), settings.name
+    if "wasm trap: interrupt" in cause:
+        limit, key = settings.limits.deadline_s, settings.limit_key("deadline_s")
+        return GuestFailure(504, f"{name} ran past its deadline of {limit} s ({key})", DEADLINE)
+    text = stderr.decode("utf-8", "replace")
+    if "MemoryError" in text:
+        limit_mb, key = settings.limits.max_memory_mb, settings.limit_key("max_memory_mb")
+        return GuestFailure(500, f"{name} ran out of memory (limit {limit_mb} MB, {key})", MEMORY)
+    detail = _python_error(text) or cause
+    return GuestFailure(500, f"{name} trapped: {detail}"[:MAX_REASON_CHARS], TRAP)
 
 
 def _python_error(stderr: str) -> str:

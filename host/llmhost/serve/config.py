@@ -41,6 +41,7 @@ from llmhost.domain.limits import (
     DEFAULT_MAX_MEMORY_MB,
     DEFAULT_MAX_TOKENS,
     DEFAULT_SHUTDOWN_GRACE_S,
+    METRICS_LISTEN_KEY,
 )
 from llmhost.serve.auth import ApiKeys, load_api_keys
 
@@ -76,6 +77,8 @@ class ComponentConfig(_Section):
 
 class AppConfig(_Section):
     listen: str = DEFAULT_LISTEN
+    # The metrics listener (/metrics, /healthz, /readyz), HOST:PORT; off when unset. Never the apps' port.
+    metrics_listen: str | None = None
     max_concurrency: int = Field(DEFAULT_MAX_CONCURRENCY, ge=1)
     shutdown_grace_s: float = Field(DEFAULT_SHUTDOWN_GRACE_S, gt=0)
     header_timeout_s: float = Field(DEFAULT_HEADER_TIMEOUT_S, gt=0)
@@ -97,6 +100,13 @@ class AppConfig(_Section):
         parse_listen(value)
         return value
 
+    @field_validator("metrics_listen")
+    @classmethod
+    def _valid_metrics_listen(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_listen(value)
+        return value
+
     @field_validator("models")
     @classmethod
     def _valid_aliases(cls, models: dict[str, ModelConfig]) -> dict[str, ModelConfig]:
@@ -112,6 +122,12 @@ def parse_listen(value: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or int(port) > 65535:
         raise ValueError(f"expected HOST:PORT, e.g. {DEFAULT_LISTEN}, got {value!r}")
     return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+def _same_port(a: tuple[str, int], b: tuple[str, int]) -> bool:
+    """Both addresses would listen on one port (the same host, or either on every interface)."""
+    wildcard = ("", "0.0.0.0", "::")
+    return a[1] != 0 and a[1] == b[1] and (a[0] == b[0] or a[0] in wildcard or b[0] in wildcard)
 
 
 @dataclass(frozen=True)
@@ -149,6 +165,7 @@ class ServeSettings:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_log_bytes: int = DEFAULT_MAX_LOG_BYTES
     api_keys: ApiKeys = field(default_factory=ApiKeys)  # empty: no key needed
+    metrics_listen: tuple[str, int] | None = None  # (host, port) of the metrics listener; None: off
 
 
 def load_app_config(path: Path | str) -> AppConfig:
@@ -178,7 +195,7 @@ def single_component(config: AppConfig, app: Path) -> AppConfig:
     return config.model_copy(update={"components": {name: ComponentConfig(source=app)}, "routes": {"/": name}})
 
 
-def resolve(config: AppConfig, origin: str, listen: str | None = None) -> ServeSettings:
+def resolve(config: AppConfig, origin: str, listen: str | None = None, routed: bool = True) -> ServeSettings:
     """Check cross-references and files, and resolve per-component limits. Errors name the key and `origin`."""
 
     def fail(key: str, message: str) -> ConfigError:
@@ -190,7 +207,10 @@ def resolve(config: AppConfig, origin: str, listen: str | None = None) -> ServeS
         if listen is not None:
             raise ConfigError(f"--listen / LLMHOST_LISTEN: {e}") from None
         raise fail("listen", str(e)) from None
-    if not config.routes:
+    metrics = parse_listen(config.metrics_listen) if config.metrics_listen is not None else None
+    if metrics is not None and _same_port(metrics, address):
+        raise fail(METRICS_LISTEN_KEY, f"{config.metrics_listen} is the apps' address: give the metrics another port")
+    if routed and not config.routes:  # `llmhost mcp` serves components' tools, not routes
         raise fail("routes", 'no routes: map a path prefix to a component, e.g. `"/" = "chat"` under [routes]')
     for prefix, name in config.routes.items():
         if not prefix.startswith("/"):
@@ -223,6 +243,7 @@ def resolve(config: AppConfig, origin: str, listen: str | None = None) -> ServeS
         max_connections=config.max_connections,
         max_log_bytes=config.max_log_bytes,
         api_keys=load_api_keys(config.api_keys_file),
+        metrics_listen=metrics,
     )
 
 
@@ -249,7 +270,7 @@ def _settings(
 
 
 def settings_for(
-    config_path: Path | None, app: Path | None, listen: str | None, cache_dir: Path | None
+    config_path: Path | None, app: Path | None, listen: str | None, cache_dir: Path | None, routed: bool = True
 ) -> ServeSettings:
     """What the CLI does: load the config (or the defaults), add APP.wasm, apply the overrides, resolve."""
     config = load_app_config(config_path) if config_path is not None else AppConfig()
@@ -258,4 +279,4 @@ def settings_for(
     if app is not None:
         config = single_component(config, app)
     origin = str(config_path) if config_path is not None else "the command line"
-    return resolve(config, origin, listen)
+    return resolve(config, origin, listen, routed)

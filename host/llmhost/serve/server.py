@@ -30,10 +30,13 @@ import uvicorn
 from llmhost.api import Host
 from llmhost.config import FakeEngineConfig
 from llmhost.domain.limits import FD_RESERVE, FD_WARNING_INTERVAL_S, FDS_PER_REQUEST, SHUTDOWN_CANCEL_MARGIN_S
-from llmhost.engine.registry import create_registry
+from llmhost.engine.observer import no_observers
+from llmhost.engine.registry import Registry, create_registry
 from llmhost.serve.app import ServeApp
 from llmhost.serve.component import HttpComponent
 from llmhost.serve.config import ServeSettings
+from llmhost.serve.metrics import ServeMetrics
+from llmhost.serve.probes import ProbeListener, Readiness
 from llmhost.serve.protocol import protocol_with_header_timeout
 
 _log = logging.getLogger("llmhost.serve")
@@ -165,23 +168,72 @@ def bind(host: str, port: int) -> socket.socket:
 def run(settings: ServeSettings, log_level: str = "info") -> int:
     """Serve until SIGINT/SIGTERM; returns the exit status (0 after a graceful shutdown)."""
     configure_logging(log_level)
+    readiness = Readiness()
+    with observed_host(settings, readiness) as (host, engine, metrics):
+        return _serve(settings, host, engine, readiness, metrics)
+
+
+@contextlib.contextmanager
+def observed_host(
+    settings: ServeSettings, readiness: Readiness
+) -> Iterator[tuple[Host, Registry, ServeMetrics | None]]:
+    """The host of a server (`serve`, `mcp`), its engine, and with `metrics-listen` its metrics and their listener
+    (started first, so that /healthz and /readyz (503) answer while components compile and models load)."""
     config = settings.host
-    engine = create_registry(config)
+    metrics = listener = None
+    if settings.metrics_listen is not None:
+        metrics = ServeMetrics(settings.components, config.models)
+        listener = ProbeListener(*settings.metrics_listen, metrics, readiness)
+        listener.start()
+        shown_host, shown_port = listener.address
+        shown = f"[{shown_host}]" if ":" in shown_host else shown_host
+        _log.info("metrics on http://%s:%d/metrics (and /healthz, /readyz)", shown, shown_port)
+    note = lambda message: _log.info("%s", message)  # noqa: E731
+    engine = create_registry(config, note, observers=metrics.observer if metrics is not None else no_observers)
     try:
-        with Host(config, engine=engine, note=lambda message: _log.info("%s", message)) as host:
-            return _serve(settings, host)
+        with Host(config, engine=engine, note=note) as host:
+            yield host, engine, metrics
     finally:
         engine.close()
+        if listener is not None:
+            listener.stop()
 
 
-def _serve(settings: ServeSettings, host: Host) -> int:
+def needed_models(settings: ServeSettings) -> list[str]:
+    """The local models the routed components may use (every configured one for a component without
+    `allowed-models`), in config order: loaded before a server with a metrics listener says it is ready."""
+    needed: set[str] = set()
+    for name in settings.routes.values():
+        allowed = settings.components[name].allowed_models
+        needed.update(allowed if allowed is not None else settings.host.models)
+    return [m for m, c in settings.host.models.items() if m in needed and c.backend == "llama-cpp"]
+
+
+def _serve(
+    settings: ServeSettings,
+    host: Host,
+    engine: Registry,
+    readiness: Readiness,
+    metrics: ServeMetrics | None = None,
+) -> int:
     # Load (and on first use compile) every component before listening: a request never waits for a compile.
     components = {name: HttpComponent(host, component) for name, component in settings.components.items()}
+    if metrics is not None:
+        # Ready means the first request waits for no model load either (without a metrics listener nobody asks,
+        # and models load on first use).
+        for model in needed_models(settings):
+            engine.engine(model).model_info(model)
     max_connections = fit_descriptors(settings.max_connections, settings.max_concurrency)
     sock = bind(*settings.listen)
     executor = ThreadPoolExecutor(max_workers=settings.max_concurrency, thread_name_prefix="llmhost-request")
     app = ServeApp(
-        components, settings.routes, executor, settings.body_timeout_s, settings.max_log_bytes, settings.api_keys
+        components,
+        settings.routes,
+        executor,
+        settings.body_timeout_s,
+        settings.max_log_bytes,
+        settings.api_keys,
+        observer=metrics,
     )
     uvicorn_config = uvicorn.Config(
         app,
@@ -205,8 +257,10 @@ def _serve(settings: ServeSettings, host: Host) -> int:
     def started() -> None:
         shown = f"[{host_name}]" if ":" in host_name else host_name
         _log.info("listening on http://%s:%d (%s; routes: %s)", shown, port, engine_kind, routes)
+        readiness.ready = True
 
     def begin_shutdown() -> None:
+        readiness.ready = False  # /readyz: 503 from now on, so load balancers stop sending traffic
         # Requests still running near the end of the grace are cancelled (their generations end at once, so a
         # guest ends its response itself: a stream's last event), leaving the margin for them to do so.
         delay = max(0.0, settings.shutdown_grace_s - SHUTDOWN_CANCEL_MARGIN_S)

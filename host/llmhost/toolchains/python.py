@@ -6,6 +6,7 @@ that goes into the build: the app's files, the WIT files, the world and the comp
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -19,6 +20,7 @@ from typing import Any
 
 from llmhost.config import default_cache_dir
 from llmhost.toolchains.errors import BuildError
+from llmhost.toolchains.wit_docs import WIT_DIR, docs_of, wit_files, with_docs
 
 APP_MODULE = "app"  # the guest's entry module: `app.py` defining `class WitWorld(WitWorld)`
 COMPONENTIZE_PY = "componentize-py"
@@ -167,7 +169,12 @@ def build_component(
         started = time.monotonic()
         if note is not None:
             note(f"building {app_dir} ({world}) with componentize-py …")
-        _componentize(tool, app_dir, wit, world, cached)
+        with guest_wit(app_dir, wit) as world_wit:
+            _componentize(tool, app_dir, world_wit, world, cached)
+        if wit_files(app_dir):  # a compiled component keeps no doc comments: tool descriptions need them
+            documented = cached.with_suffix(".docs.tmp")
+            documented.write_bytes(with_docs(cached.read_bytes(), docs_of(app_dir)))
+            os.replace(documented, cached)
         if note is not None:
             note(f"built {app_dir} in {time.monotonic() - started:.1f} s")
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -187,11 +194,30 @@ def bindings(app_dir: Path, output: Path, world: str | None = None, wit: Path | 
     from llmhost.toolchains.world import detect_world
 
     world = world or detect_world(app_dir)
-    command = [componentize_py(), "-d", str(wit or wit_dir()), "-w", world, "bindings", str(output)]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    with guest_wit(app_dir, wit or wit_dir()) as world_wit:
+        command = [componentize_py(), "-d", str(world_wit), "-w", world, "bindings", str(output)]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise BuildError(f"componentize-py could not write the bindings: {(result.stderr or result.stdout).strip()}")
     return output
+
+
+@contextlib.contextmanager
+def guest_wit(app_dir: Path, wit: Path) -> Iterator[Path]:
+    """The WIT directory a guest builds against: llmhost's; or, for a guest of its own world (`wit/` beside app.py),
+    its WIT package with llmhost's current one as a dependency (so it can `import llmhost:llm/llm@VERSION`)."""
+    if not wit_files(app_dir):
+        yield wit
+        return
+    with tempfile.TemporaryDirectory(prefix="llmhost-wit-") as tmp:
+        combined = Path(tmp) / "wit"
+        shutil.copytree(app_dir / WIT_DIR, combined)
+        llm = combined / "deps" / "llmhost-llm"
+        if not llm.exists():
+            llm.mkdir(parents=True)
+            for path in sorted(wit.glob("*.wit")):  # the current version only: a package per directory
+                shutil.copyfile(path, llm / path.name)
+        yield combined
 
 
 def _componentize(tool: str, app_dir: Path, wit: Path, world: str, destination: Path) -> None:

@@ -15,6 +15,7 @@ TEMPLATES = {
     "http-app": "http-hello",
     "openai-compat": "openai-compat",
     "chat": "chat-http",
+    "mcp-tool": "mcp-tools",
 }
 # --lang js: template name -> example directory (the JavaScript examples)
 JS_TEMPLATES = {"command": "hello-js", "http-app": "http-hello-js"}
@@ -49,8 +50,10 @@ def create(target: Path, template: str, lang: str = "python") -> Path:
     name = target.name
     target.mkdir(parents=True)
     files = list(JS_FILES) if lang == "js" else [*FILES, *sorted(p.name for p in source.glob("*.py"))]
+    files += sorted(str(p.relative_to(source)) for p in (source / "wit").glob("*.wit"))  # a world of its own
     for file in files:
         text = (source / file).read_text(encoding="utf-8")
+        (target / file).parent.mkdir(parents=True, exist_ok=True)
         (target / file).write_text(_rename(text, example, name, str(target)), encoding="utf-8")
     return target
 
@@ -62,4 +65,7 @@ def _rename(text: str, example: str, name: str, path: str) -> str:
     text = re.sub(rf"^# {re.escape(example)}$", f"# {name}", text, count=1, flags=re.M)
     text = re.sub(rf'^name = "{re.escape(example)}"$', f'name = "{name}"', text, count=1, flags=re.M)
     text = re.sub(rf'^  "name": "{re.escape(example)}",$', f'  "name": "{name}",', text, count=1, flags=re.M)
+    # a WIT package is named in kebab-case: `example:NAME@0.1.0`
+    package = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "tools"
+    text = re.sub(rf"^package example:{re.escape(example)}@", f"package example:{package}@", text, count=1, flags=re.M)
     return text.replace("From the repository root, after `make install`", "From the directory above it")

@@ -90,8 +90,22 @@ def defined_world(app_dir: Path) -> str | None:
     return None
 
 
+def own_world(app_dir: Path) -> str | None:
+    """The world of the guest's own WIT package (`wit/*.wit` beside app.py), e.g. an `llmhost mcp` tool guest."""
+    from llmhost.toolchains.wit_docs import wit_files, world_names
+
+    files = wit_files(app_dir)
+    if not files:
+        return None
+    names = world_names([path.read_text(encoding="utf-8") for path in files])
+    if len(names) != 1:
+        found = ", ".join(names) or "none"
+        raise _error(f"{app_dir / 'wit'}: the guest's WIT must define exactly one world (found: {found})")
+    return names[0]
+
+
 def detect_world(app_dir: Path) -> str:
-    world = declared_world(app_dir) or defined_world(app_dir)
+    world = own_world(app_dir) or declared_world(app_dir) or defined_world(app_dir)
     if world is None:
         raise _error(
             f"{app_dir / APP_FILE}: no world found: define `class WitWorld(WitWorld)` with `run(self, args)` "

@@ -32,6 +32,7 @@ from llmhost.engine.local.models import resolve_model_path
 from llmhost.engine.local.scheduler import LlamaGeneration
 from llmhost.engine.local.sequence import LlamaSequence
 from llmhost.engine.local.sequence_state import SeqState
+from llmhost.engine.observer import NO_OBSERVER, ModelObserver, Observers, no_observers
 
 if TYPE_CHECKING:
     from llmhost.engine.chat_template import TemplateInfo
@@ -41,9 +42,11 @@ __all__ = ["LlamaCppEngine", "LlamaModel", "llama_lib"]
 log = logging.getLogger(__name__)
 
 
-def LlamaModel(name: str, config: ModelConfig, path: Path) -> EngineModel:  # noqa: N802 (a constructor)
+def LlamaModel(  # noqa: N802 (a constructor)
+    name: str, config: ModelConfig, path: Path, observer: ModelObserver = NO_OBSERVER
+) -> EngineModel:
     """A model loaded from a GGUF file with llama.cpp."""
-    return EngineModel(name, config, LlamaDecoder(name, config, path))
+    return EngineModel(name, config, LlamaDecoder(name, config, path), observer)
 
 
 class LlamaCppEngine:
@@ -53,10 +56,12 @@ class LlamaCppEngine:
         cache_dir: Path,
         note: Callable[[str], None] | None = None,
         load: Callable[[str, ModelConfig], EngineModel] | None = None,
+        observers: Observers = no_observers,
     ) -> None:
         """`load(name, config)`: how a model is loaded (default: its GGUF file with llama.cpp; tests pass
-        `EngineModel` over a `FakeDecoder`)."""
+        `EngineModel` over a `FakeDecoder`). `observers(name)`: each model's observer (metrics)."""
         self._note = note
+        self._observers = observers
         self._load = load
         self._cache_dir = cache_dir
         self._models = Models(models, self._load_model)
@@ -67,7 +72,8 @@ class LlamaCppEngine:
         if self._load is not None:
             loaded = self._load(name, config)
         else:
-            loaded = LlamaModel(name, config, resolve_model_path(name, config, self._cache_dir))
+            path = resolve_model_path(name, config, self._cache_dir)
+            loaded = LlamaModel(name, config, path, self._observers(name))
         if self._note is not None:
             self._note(f"loaded model {name} in {time.monotonic() - started:.1f} s")
         return loaded
@@ -100,6 +106,7 @@ class LlamaCppEngine:
 
     def stream(self, model: str, prompt: str, params: InferencingParams) -> LlamaGeneration:
         m = self.model(model)
+        m.check_generates("generate text (infer, chat, OpenAI completions)")
         tokens = m.tokenize(prompt, room=m.n_ctx, what="prompt")
         if not tokens:
             raise InvalidInput("prompt is empty and this model adds no beginning-of-sequence token")
@@ -116,6 +123,7 @@ class LlamaCppEngine:
 
     def open_sequence(self, model: str) -> LlamaSequence:
         m = self.model(model)
+        m.check_generates("open a sequence (generate, score, beam search)")
         m.check_swap_room()
         return LlamaSequence(m)
 
@@ -124,6 +132,7 @@ class LlamaCppEngine:
 
     def chat_template(self, model: str) -> TemplateInfo:
         m = self.model(model)
+        m.check_generates("chat")
         # Only the default model's embedded weights (no `path`) lack a template and get Gemma 3's built in.
         default_weights = m.config.path is None and model == DEFAULT_MODEL
         return choose_template(model, m.config, m.decoder.chat_template(), default_weights=default_weights)

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from llmhost.config import ModelConfig
 from llmhost.domain.errors import EngineError, InvalidInput
-from llmhost.domain.limits import MAX_BYTES_PER_TOKEN
+from llmhost.domain.limits import EMBEDDING_SEQUENCES, EMBEDDING_SHARED_TOKENS, MAX_BYTES_PER_TOKEN
 from llmhost.domain.types import EmbeddingInput, EmbeddingsResult, InferencingParams, check_text_length
 from llmhost.engine.local import compute
 from llmhost.engine.local.decoder import BatchRow, Sampler
+from llmhost.engine.local.embedding import choose_pooling, combine, next_group
 from llmhost.engine.local.gguf import GgufError, matrix_types
 from llmhost.engine.local.sampling import build_sampler, penalty_window, sampler_seed
 
@@ -281,9 +282,36 @@ class LlamaDecoder(LlamaVocabCalls):
             raise EngineError(f"llama.cpp could not load {path} (check `models.{name}.path`)")
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
+        arch = self.meta_string("general.architecture") or ""
+        # An encoder (BERT, nomic-bert) says its attention is non-causal; llama.cpp's llama_model_has_encoder says
+        # false for BERT, so the GGUF key is what tells.
+        self.non_causal = self.meta_string(f"{arch}.attention.causal") == "false"
+        self.embeddings_only = config.embeddings_only or self.non_causal
+        gguf_pooling = self.meta_string(f"{arch}.pooling_type")
+        try:
+            self.pooling = choose_pooling(name, config.pooling, int(gguf_pooling) if gguf_pooling else None)
+        except ValueError as error:
+            lib.llama_model_free(self.model)
+            raise EngineError(str(error)) from None
         self.n_ctx = config.context_length
-        self.n_batch = min(config.batch_size, self.n_ctx)
+        if self.non_causal:
+            # An encoder reads a text in one micro-batch (llama.cpp asserts n_ubatch >= n_tokens), and its learned
+            # positions end at its training context: the window is the smaller of the two, and batch = ubatch = it.
+            self.n_ctx = min(self.n_ctx, int(lib.llama_model_n_ctx_train(self.model)))
+            self.n_batch = self.n_ctx
+        else:
+            self.n_batch = min(config.batch_size, self.n_ctx)
         self.n_slots = config.slots
+        # Texts per embeddings decode call: llama.cpp reserves an output per sequence in a micro-batch, and asserts
+        # (aborting the process) when the sequences outnumber the micro-batch's tokens.
+        self.embed_sequences = min(EMBEDDING_SEQUENCES, self.n_batch)
+        self._embed_ctx: Any = None
+        self._embed_fields: _BatchFields | None = None
+        self._embed_batch: Any = None
+        if self.embeddings_only:  # no generation: no generation context, slots or KV cache
+            self.ctx = None
+            self.invariant_rows = 1
+            return
         # Deterministic mode's bound on one-token rows per call (the default mode does not use it).
         self.invariant_rows = 1
         if config.deterministic:
@@ -295,8 +323,10 @@ class LlamaDecoder(LlamaVocabCalls):
                 self.invariant_rows = rows_alike(types, self.n_batch, config.n_gpu_layers != 0)
         cparams = lib.llama_context_default_params()
         cparams.n_ctx = self.n_ctx * config.slots
-        cparams.n_batch = self.n_batch
-        cparams.n_ubatch = self.n_batch
+        # llama.cpp reserves an output per sequence and asserts (aborting the process) when the sequences outnumber
+        # a micro-batch's tokens: the context's batch is at least `slots` (our calls still hold n_batch tokens).
+        cparams.n_batch = max(self.n_batch, config.slots)
+        cparams.n_ubatch = max(self.n_batch, config.slots)
         cparams.n_seq_max = config.slots
         # Default: one cell pool for all slots, so seq_cp (fork, prefix reuse) copies no data. Deterministic mode:
         # a stream per slot, so a sequence's cells sit in position order wherever the others' are.
@@ -322,8 +352,6 @@ class LlamaDecoder(LlamaVocabCalls):
         self._fields = _BatchFields(self.batch, self.n_batch)
         self._row_type: Any = None
         self._outputs: list[int] = []  # the batch indices of the last decode's logits rows, in output order
-        self._embed_ctx: Any = None
-        self._embed_batch: Any = None
 
     # --- decoding ----------------------------------------------------------------------------------------
     def decode(self, rows: Sequence[BatchRow], logits_at: set[int]) -> int:
@@ -393,82 +421,127 @@ class LlamaDecoder(LlamaVocabCalls):
         return ConstraintCompiler.from_llama_vocab(self.lib, self.vocab, self.n_vocab)
 
     def embed(
-        self, texts: Sequence[EmbeddingInput], lock: threading.RLock, check: Callable[[], None] | None = None
+        self,
+        texts: Sequence[EmbeddingInput],
+        lock: threading.RLock,
+        check: Callable[[], None] | None = None,
+        shared: Callable[[], bool] | None = None,
     ) -> EmbeddingsResult:
-        """Mean of the last hidden states over each text's tokens (a token-id input: its ids, as they are),
-        L2-normalized. The usage counts every token evaluated, a beginning-of-sequence token included.
+        """One L2-normalized vector per text (a token-id input: its ids, as they are), pooled as the model pools
+        (`self.pooling`: the config's, the GGUF's, or mean). The usage counts every token evaluated, special
+        tokens included.
 
-        Bounded work under the model lock: each text runs in batch-size chunks, one chunk per hold of `lock`, so
-        generations interleave with a long embeddings call; `check()` runs between chunks and raises to stop it
-        (a cancelled request or a passed deadline). The mean is computed here (pooling none) because llama.cpp's
-        own mean pooling needs a whole sequence in one batch.
+        Texts share decode calls, one sequence id each (embedding.next_group: `batch-size` tokens and
+        EMBEDDING_SEQUENCES texts a call, EMBEDDING_SHARED_TOKENS while `shared()` says generations wait), pooled by
+        llama.cpp (llama_get_embeddings_seq). A causal model's text longer than its batch runs in chunks whose pooled
+        vectors are combined (embedding.combine); an encoder's window is its batch, so its texts never are. Each
+        decode call holds `lock` once, so generations interleave with a long embeddings call; `check()` runs before
+        each call and raises to stop it (a cancelled request or a passed deadline). Every text is tokenized and
+        checked before any work.
         """
         for index, text in enumerate(texts):  # before any work: a text too long to fit is refused untokenized
             if isinstance(text, str):
                 check_text_length(f"text[{index}]", len(text), self.n_ctx, self.n_ctx, self.max_token_bytes())
+        tokenized = [self.tokenize(text, True) if isinstance(text, str) else list(text) for text in texts]
+        for index, tokens in enumerate(tokenized):
+            if len(tokens) > self.n_ctx:
+                what = f"text[{index}]" if isinstance(texts[index], str) else f"inputs[{index}]"
+                raise InvalidInput(f"{what} is {len(tokens)} tokens but the context window is {self.n_ctx} tokens")
+        import numpy as np
+
+        n_embd = int(self.lib.llama_model_n_embd(self.model))
+        pooled = np.zeros((len(texts), n_embd), dtype=np.float64)  # an empty token list stays a zero vector
+        lengths = [len(tokens) for tokens in tokenized]
+        start = 0
+        while start < len(lengths):
+            if check is not None:
+                check()
+            budget = EMBEDDING_SHARED_TOKENS if shared is not None and shared() else self.n_batch
+            end = next_group(lengths, start, budget, self.embed_sequences)
+            group = [index for index in range(start, end) if lengths[index]]  # an empty input stays a zero vector
+            start = end
+            if not group:
+                continue
+            if lengths[group[0]] > self.n_batch:
+                pooled[group[0]] = self._embed_chunked(tokenized[group[0]], lock, check)
+                continue
+            with lock:
+                vectors = self._decode_pooled([(seq, 0, tokenized[index]) for seq, index in enumerate(group)])
+            pooled[group] = vectors
+            time.sleep(0)  # let a waiting decode step take the lock
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        normalized = pooled / np.where(norms > 0, norms, 1.0)
+        return EmbeddingsResult(embeddings=normalized.tolist(), prompt_token_count=sum(map(len, tokenized)))
+
+    def _embed_chunked(self, tokens: list[int], lock: threading.RLock, check: Callable[[], None] | None) -> Any:
+        """A causal model's text over its batch size: batch-size chunks in sequence 0, one lock hold each."""
+        parts = []
+        for start in range(0, len(tokens), self.n_batch):
+            if check is not None and start > 0:  # the caller checked before the first
+                check()
+            chunk = tokens[start : start + self.n_batch]
+            with lock:
+                parts.append((self._decode_pooled([(0, start, chunk)], clear=start == 0)[0], len(chunk)))
+            time.sleep(0)
+        return combine(self.pooling, parts)
+
+    def _decode_pooled(self, rows: list[BatchRow], clear: bool = True) -> Any:
+        """Decode `rows` (sequence id, first position, tokens) in the embedding context in one call; each row's
+        pooled vector, in order (float64). Lock held."""
         import numpy as np
 
         lib = self.lib
-        ctx = self._embedding_context(lock)
-        n_embd = lib.llama_model_n_embd(self.model)
-        vectors: list[list[float]] = []
-        total = 0
-        for index, text in enumerate(texts):
-            tokens = self.tokenize(text, True) if isinstance(text, str) else text
-            total += len(tokens)
-            if len(tokens) > self.n_ctx:
-                what = f"text[{index}]" if isinstance(text, str) else f"inputs[{index}]"
-                raise InvalidInput(f"{what} is {len(tokens)} tokens but the context window is {self.n_ctx} tokens")
-            summed = np.zeros(n_embd, dtype=np.float64)
-            for start in range(0, len(tokens), self.n_batch):
-                if check is not None:
-                    check()
-                chunk = tokens[start : start + self.n_batch]
-                with lock:
-                    if start == 0:
-                        lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
-                    batch = self._embed_batch
-                    for i, tok in enumerate(chunk):
-                        batch.token[i] = tok
-                        batch.pos[i] = start + i
-                        batch.n_seq_id[i] = 1
-                        batch.seq_id[i][0] = 0
-                        batch.logits[i] = 1
-                    batch.n_tokens = len(chunk)
-                    rc = compute.run(lib.llama_decode, ctx, batch)
-                    if rc != 0:
-                        raise EngineError(f"llama_decode failed with code {rc} while embedding text[{index}]")
-                    rows = np.ctypeslib.as_array(lib.llama_get_embeddings(ctx), shape=(len(chunk), n_embd))
-                    summed += rows.sum(axis=0, dtype=np.float64)
-                time.sleep(0)  # let a waiting decode step take the lock
-            mean = summed / max(1, len(tokens))
-            norm = float(np.linalg.norm(mean)) or 1.0
-            vectors.append([float(v) for v in mean / norm])
-        return EmbeddingsResult(embeddings=vectors, prompt_token_count=total)
+        ctx = self._embedding_context()
+        memory = lib.llama_get_memory(ctx)  # NULL for an encoder: it keeps no KV cache
+        if clear and memory:
+            lib.llama_memory_clear(memory, True)
+        fields = self._embed_fields
+        assert fields is not None
+        n = fields.fill(rows, set())
+        fields.logits[:n] = 1  # pooling reads every token's output
+        self._embed_batch.n_tokens = n
+        rc = int(compute.run(lib.llama_decode, ctx, self._embed_batch))
+        if rc != 0:
+            raise EngineError(f"llama_decode failed with code {rc} while computing embeddings with {self.name}")
+        n_embd = int(lib.llama_model_n_embd(self.model))
+        out = np.empty((len(rows), n_embd), dtype=np.float64)
+        for i, (seq, _, _) in enumerate(rows):
+            pointer = lib.llama_get_embeddings_seq(ctx, seq)
+            if not pointer:
+                raise EngineError(f"llama.cpp gave no pooled embedding for sequence {seq} of {self.name}")
+            out[i] = np.ctypeslib.as_array(pointer, shape=(n_embd,))
+        return out
 
-    def _embedding_context(self, lock: threading.RLock) -> Any:
-        with lock:
-            if self._embed_ctx is None:
-                lib = self.lib
-                cparams = lib.llama_context_default_params()
-                cparams.n_ctx = self.n_ctx
-                cparams.n_batch = self.n_batch
-                cparams.n_ubatch = self.n_batch
-                cparams.n_seq_max = 1
-                cparams.n_threads = self.config.threads
-                cparams.n_threads_batch = self.config.threads
-                cparams.embeddings = True
-                cparams.pooling_type = lib.LLAMA_POOLING_TYPE_NONE
-                cparams.no_perf = True
-                self._embed_ctx = lib.llama_init_from_model(self.model, cparams)
-                if not self._embed_ctx:
-                    raise EngineError(f"llama.cpp could not create an embeddings context for {self.name}")
-                self._embed_batch = lib.llama_batch_init(self.n_batch, 0, 1)
-            return self._embed_ctx
+    def _embedding_context(self) -> Any:
+        """The embedding context, created on first use (lock held): the model's pooling, `embed_sequences`
+        sequences sharing one KV cell pool of the window (a long text in sequence 0 can fill it), batch =
+        micro-batch (an encoder needs a text in one micro-batch)."""
+        if self._embed_ctx is None:
+            lib = self.lib
+            cparams = lib.llama_context_default_params()
+            cparams.n_ctx = self.n_ctx
+            cparams.n_batch = self.n_batch
+            cparams.n_ubatch = self.n_batch
+            cparams.n_seq_max = self.embed_sequences
+            cparams.kv_unified = True
+            cparams.n_threads = self.config.threads
+            cparams.n_threads_batch = self.config.threads
+            cparams.embeddings = True
+            cparams.pooling_type = self.pooling
+            cparams.no_perf = True
+            ctx = lib.llama_init_from_model(self.model, cparams)
+            if not ctx:
+                raise EngineError(f"llama.cpp could not create an embeddings context for {self.name}")
+            self._embed_batch = lib.llama_batch_init(self.n_batch, 0, 1)
+            self._embed_fields = _BatchFields(self._embed_batch, self.n_batch)
+            self._embed_ctx = ctx
+        return self._embed_ctx
 
     def close(self) -> None:
         lib = self.lib
         if self._embed_ctx:
+            assert self._embed_fields is not None
+            self._embed_fields.close()
             lib.llama_batch_free(self._embed_batch)
             lib.llama_free(self._embed_ctx)
             self._embed_ctx = None
@@ -476,5 +549,7 @@ class LlamaDecoder(LlamaVocabCalls):
             self._fields.close()
             lib.llama_batch_free(self.batch)
             lib.llama_free(self.ctx)
-            lib.llama_model_free(self.model)
             self.ctx = None
+        if self.model:
+            lib.llama_model_free(self.model)
+            self.model = None

@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from llmhost.config import ModelConfig
-from llmhost.domain.errors import EngineError, InvalidInput
-from llmhost.domain.limits import DETERMINISTIC_CHUNK, model_key
+from llmhost.domain.errors import EngineError, InvalidInput, ModelNotSupported
+from llmhost.domain.limits import DETERMINISTIC_CHUNK, EMBEDDING_YIELD_S, model_key
 from llmhost.domain.types import (
     Constraint,
     EmbeddingInput,
@@ -36,6 +36,7 @@ from llmhost.engine.local.planning import aligned_after, row_length
 from llmhost.engine.local.scheduler import Row, Scheduler
 from llmhost.engine.local.sequence_state import SeqState
 from llmhost.engine.local.slots import SlotPool
+from llmhost.engine.observer import NO_OBSERVER, ModelGauges, ModelObserver
 from llmhost.engine.text import attribute_text
 
 if TYPE_CHECKING:
@@ -43,21 +44,24 @@ if TYPE_CHECKING:
 
 
 class EngineModel:
-    def __init__(self, name: str, config: ModelConfig, decoder: Decoder) -> None:
+    def __init__(self, name: str, config: ModelConfig, decoder: Decoder, observer: ModelObserver = NO_OBSERVER) -> None:
         self.name = name
+        self.observer = observer
         self.config = config
         self.decoder = decoder
         self.lock = threading.RLock()
         self.n_vocab = decoder.n_vocab
         self.n_ctx = decoder.n_ctx  # the window of one sequence
         self.n_batch = decoder.n_batch
+        # An embedding-only model (a non-causal GGUF, or `embeddings-only = true`) refuses every generation.
+        self.embeddings_only = bool(getattr(decoder, "embeddings_only", config.embeddings_only))
         # Deterministic mode's row alignment (planning.py); None: rows are cut by the batch budget alone.
         self.chunk = min(DETERMINISTIC_CHUNK, self.n_batch) if config.deterministic else None
         # Decode threads on every core the process may use, and no GPU doing the work (see scheduler.READER_TURN_S)
         self.cpu_bound = config.n_gpu_layers == 0 and config.threads >= len(os.sched_getaffinity(0))
         # Every kind of work waits for slots (or the embedding context) in this one queue, in arrival order.
         slots = f"all {decoder.n_slots} sequence slots of {name}"
-        self.admission = AdmissionQueue(self.lock, slots, model_key(name, "slots"))
+        self.admission = AdmissionQueue(self.lock, slots, model_key(name, "slots"), on_wait=observer.admission_wait)
         self.scheduler = Scheduler(self)
         self.slots = SlotPool(decoder, decoder.n_slots, self.lock, name, on_free=self._freed, chunk=self.chunk)
         self._embedding = False  # the embedding context is in use
@@ -69,6 +73,18 @@ class EngineModel:
         self.decoding = False  # inside a decode now
         self.decode_threads: list[int] = []  # the thread of each decode, while `record_decode_threads` is on
         self.record_decode_threads = False
+        observer.attach(self.gauges)
+
+    def gauges(self) -> ModelGauges:
+        """The model's state now, for metrics: plain reads, no lock (a scrape never waits behind a decode)."""
+        return ModelGauges(
+            slots=self.slots.count,
+            slots_busy=self.slots.busy,
+            admission_waiting=self.admission.waiting,
+            swapped_bytes=self.slots.swapped_bytes,
+            decode_steps=self.scheduler.steps,
+            decode_rows=self.scheduler.rows,
+        )
 
     # --- state -------------------------------------------------------------------------------------------
     def _freed(self) -> None:
@@ -101,6 +117,19 @@ class EngineModel:
                 f"model {self.name!r} holds {self.slots.swapped_bytes / 2**20:.0f} MB of swapped-out sequences, its "
                 f"limit (close some sequences, or raise `{model_key(self.name, 'max-swapped-mb')}` in the config)"
             )
+
+    def check_generates(self, what: str) -> None:
+        """Refuse `what` (a generation of any kind) on an embedding-only model, saying why."""
+        if not self.embeddings_only:
+            return
+        if getattr(self.decoder, "non_causal", False):
+            why = "its GGUF says its attention is non-causal (an encoder)"
+        else:
+            why = f"its config sets `{model_key(self.name, 'embeddings-only')} = true`"
+        raise ModelNotSupported(
+            f"model {self.name!r} is an embedding-only model ({why}): it cannot {what}; use it for embeddings "
+            "and a generative model for text"
+        )
 
     # --- vocabulary --------------------------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, room: int | None = None, what: str = "text") -> list[int]:
@@ -296,12 +325,29 @@ class EngineModel:
             raise InvalidInput(f"embeddings are not available for {self.name}")
         with self.lock:  # one embeddings call at a time uses the embedding context, in turn with all other work
             self.admission.enter("embeddings", self._take_embedding_context, check)
+
+        def between() -> None:  # before each decode call: generations first, then the deadline / disconnect
+            self._yield_to_steps()
+            if check is not None:
+                check()
+
         try:
-            return embed(texts, self.lock, check)
+            return embed(texts, self.lock, between, self.scheduler.wants_step)
         finally:
             with self.lock:
                 self._embedding = False
             self.admission.changed()
+
+    def _yield_to_steps(self) -> None:
+        """When generations wait for a decode step, let one run first (at most EMBEDDING_YIELD_S): each decode
+        call of a long embeddings call then lets the generations sharing the model take a step."""
+        scheduler = self.scheduler
+        if not scheduler.wants_step():
+            return
+        attempts = scheduler.attempts
+        give_up = time.monotonic() + EMBEDDING_YIELD_S
+        while scheduler.attempts == attempts and time.monotonic() < give_up:
+            time.sleep(0.001)
 
     def _take_embedding_context(self) -> bool:
         if self._embedding:

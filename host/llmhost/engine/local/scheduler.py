@@ -44,6 +44,7 @@ from llmhost.engine.local.planning import Pending, decode_calls, plan_step
 from llmhost.engine.local.sampling import penalty_window
 from llmhost.engine.local.sequence_state import SeqState, plan_rewind
 from llmhost.engine.local.slots import SlotPool
+from llmhost.engine.observer import ModelObserver
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class LlamaModel(Protocol):
     n_batch: int
     chunk: int | None  # deterministic mode's row alignment (planning.py), or None
     cpu_bound: bool
+    observer: ModelObserver
 
     def piece(self, token: int) -> bytes: ...
 
@@ -110,6 +112,8 @@ class LlamaGeneration:
     `on_end(state)` runs once when it ends or is cancelled (after the rewind, for sequences), under the model
     lock: `retire` for a one-off request, `release` for a guest's sequence.
     """
+
+    reports_usage = True  # its usage is counted by the model's observer when it ends (a next-token read's is not)
 
     def __init__(
         self,
@@ -157,6 +161,8 @@ class LlamaGeneration:
         # next-token read): the readers' turn after a step waits for that job rather than for this one's next().
         self.follow_up = False
         self.submission = 0  # the state's submission count when this job was submitted
+        self.submitted_at = 0.0  # when it was submitted (time.monotonic): the time to its first token counts from it
+        self._first_token = True  # the next token taken is its first (reported to the model's observer)
 
     @property
     def usage(self) -> Usage:
@@ -247,6 +253,9 @@ class LlamaGeneration:
         its step. Returns True when no token can follow it (end-of-generation, the token budget, a full window, a
         language that ended): the job then gets no further row. `report` does the rest."""
         model, state = self.model, self.state
+        if self._first_token:
+            self._first_token = False
+            model.observer.first_token(time.monotonic() - self.submitted_at)
         state.append([token], [""], [logprob])
         eog = model.is_eog(token)
         full = len(state.tokens) >= model.n_ctx
@@ -285,6 +294,9 @@ class LlamaGeneration:
             return
         self.ended = True
         state = self.state
+        if self.reports_usage and self.sampler is not None:  # it was admitted (one refused never ran)
+            usage = self.text.usage
+            self.model.observer.generation_done(usage.prompt_token_count, usage.generated_token_count)
         if self.sampler is not None:
             self.sampler.close()
             self.sampler = None
@@ -355,6 +367,7 @@ class Scheduler:
         self._last_step_end = 0.0
         self._stalled_until = 0.0
         self.steps = 0
+        self.rows = 0  # sequences decoded over all steps (rows / steps: the mean batch size)
         self.attempts = 0  # steps tried, including those that could do nothing (tests: waiting never spins)
         self.readers: list[LlamaGeneration] = []  # woken by the last step's events, with a chunk to handle
         self._to_report: list[LlamaGeneration] = []  # jobs that took a token the last step and have not reported it
@@ -373,6 +386,7 @@ class Scheduler:
             on_admit=lambda: self._admitted(job),
             on_fail=lambda error: self._refused(job, error),
         )
+        job.submitted_at = time.monotonic()
         with model.lock:
             job.state.busy = True  # reserved: not swapped out or reused while it waits for its turn
             job.state.submissions += 1
@@ -465,6 +479,10 @@ class Scheduler:
             idle._ready.notify()
         elif stepped_for is None or stepped_for.ended or not stepped_for._back_within_turn:
             self._background_cv.notify()
+
+    def wants_step(self) -> bool:
+        """Whether generations wait for a decode step (other work under the model lock yields to them)."""
+        return self._runnable()
 
     def _runnable(self) -> bool:
         return bool(self._waiting or self._to_report) or any(not j.waiting_unread for j in self._active)
@@ -592,6 +610,7 @@ class Scheduler:
         else:
             decoded = self._decode_and_sample(rows)
         self.steps += 1
+        self.rows += decoded
         return admitted or bool(decoded)
 
     def _taken(self) -> list[LlamaGeneration]:

@@ -49,6 +49,11 @@ class SlotPool:
         self.swapped_bytes = 0  # KV state of swapped-out sequences held in host memory now
 
     @property
+    def busy(self) -> int:
+        """Slots held by a sequence that is generating or reserved for one (read without the lock: metrics)."""
+        return sum(1 for state in list(self._holders.values()) if state.busy)
+
+    @property
     def available(self) -> int:
         """Slots a new sequence can take without waiting: free ones and those holding only a prefix cache."""
         with self.lock:

@@ -12,7 +12,18 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Self, TypeVar
 
 from .errors import InvalidInput, call
-from .params import DEFAULT_MODEL, Chunk, Completion, Done, TokenLogprob, Usage, build, reason_name, wit_llm
+from .params import (
+    DEFAULT_EMBEDDING_MODEL,
+    DEFAULT_MODEL,
+    Chunk,
+    Completion,
+    Done,
+    TokenLogprob,
+    Usage,
+    build,
+    reason_name,
+    wit_llm,
+)
 
 __all__ = [
     "ChatReply",
@@ -299,8 +310,8 @@ class Embeddings(list[list[float]]):
     usage: Usage
 
 
-def embed(texts: str | Iterable[str], model: str = DEFAULT_MODEL) -> Embeddings:
-    """WIT `llm.generate-embeddings`: one vector per text."""
+def embed(texts: str | Iterable[str], model: str = DEFAULT_EMBEDDING_MODEL) -> Embeddings:
+    """WIT `llm.generate-embeddings`: one vector per text (default model: all-minilm-l6-v2, made for retrieval)."""
     batch = [texts] if isinstance(texts, str) else list(texts)
     return _embeddings(call(wit_llm().generate_embeddings, model, batch))
 

@@ -10,6 +10,8 @@ from typing import Any
 from .errors import InvalidInput, call
 
 DEFAULT_MODEL = "gemma-3-270m"
+# `llm.embed`'s: the built-in sentence-embedding model (the generative models retrieve poorly).
+DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
 
 # The keywords that fill `inferencing-params` (its fields but `constraint`, which the STRUCTURED keywords set).
 FIELDS = (
