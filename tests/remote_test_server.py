@@ -94,6 +94,10 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def _embeddings(self, texts: list[str]) -> None:
+        if len(texts) > 2048:  # OpenAI's limit per request
+            error = {"error": {"message": f"{len(texts)} inputs: at most 2048", "type": "invalid_request_error"}}
+            self._send(400, json.dumps(error).encode())
+            return
         data: object = [
             {"object": "embedding", "index": i, "embedding": [[float(ord(c)), 1.0] for c in text]}
             for i, text in enumerate(texts)

@@ -271,7 +271,12 @@ source = "{probe}"
 
 [components.limited]
 source = "{probe}"
+allowed-models = ["smollm2-135m"]
 limits = {{ deadline-s = 3.0, max-memory-mb = 64 }}
+
+[components.budget]
+source = "{probe}"
+limits = {{ max-tokens = 5 }}
 """
     )
     with serving(["-c", str(config)], llmhost_cache_dir, command="mcp") as server:
@@ -298,6 +303,8 @@ def test_http_names_limits_progress_cancellation_and_batching(http_server: Serve
             seen["spin"] = await session.call_tool("limited_fail", {"how": "spin"})
             seen["hog"] = await session.call_tool("limited_fail", {"how": "hog"})
             seen["err"] = await session.call_tool("probe_fail", {"how": "err"})
+            seen["not-allowed"] = await session.call_tool("limited_generate", {"prompt": PROMPT, "max-tokens": 4})
+            seen["budget"] = await session.call_tool("budget_generate", {"prompt": PROMPT, "max-tokens": 16})
             await _generate_with_progress(session, "probe_generate", seen)
             await _cancel_a_long_call(session, "probe_generate", seen, lambda: "\n".join(http_server.lines))
             await _eight_at_once(session, "probe_generate", samples, seen)
@@ -307,10 +314,14 @@ def test_http_names_limits_progress_cancellation_and_batching(http_server: Serve
     anyio.run(conversation)
     # Two components export the same functions: each tool is qualified by its component (and interface).
     functions = ("generate", "echo", "fail", "extra_echo")
-    assert seen["names"] == sorted(f"{component}_{name}" for component in ("probe", "limited") for name in functions)
+    components = ("probe", "limited", "budget")
+    assert seen["names"] == sorted(f"{component}_{name}" for component in components for name in functions)
     assert seen["spin"].is_error and "ran past its deadline of 3.0 s" in _text(seen["spin"])
     assert seen["hog"].is_error and "ran out of memory" in _text(seen["hog"])
     assert seen["err"].is_error and _text(seen["err"]) == "failed on purpose"
+    # Each call has its component's grants and budget: `allowed-models` and `max-tokens`.
+    assert seen["not-allowed"].is_error and "ModelNotSupported" in _text(seen["not-allowed"])
+    assert seen["budget"].structured_content["generated"] == 5, _text(seen["budget"])
     assert not seen["generate"].is_error and seen["generate"].structured_content["generated"] == expected_tokens
     _check_progress_cancel_and_batching(seen, "\n".join(http_server.lines), expected_tokens)
     assert _text(seen["alive"]) == "alive"

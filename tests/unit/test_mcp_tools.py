@@ -3,6 +3,9 @@ field), returned values lifted, tool names, and the doc comments a build stores 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import jsonschema
@@ -12,7 +15,7 @@ from hypothesis import strategies as st
 from wasmtime.component import Record, Variant
 
 from llmhost.mcp.schema import json_schema, object_schema, output_schema, structured
-from llmhost.mcp.tools import ToolAnswer, answer, lower_arguments, tool_names
+from llmhost.mcp.tools import TOOLS_CACHE_FORMAT, ToolAnswer, answer, describe, lower_arguments, tool_names
 from llmhost.runtime.exports import ArgumentError, ExportedFunction, lift, lower
 from llmhost.toolchains.wit_docs import export_docs, read_docs, with_docs, world_names
 
@@ -166,3 +169,14 @@ def test_docs_travel_in_a_custom_section() -> None:
     assert read_docs(wasm) == {"summarize": "Sum ü" * 100}
     assert read_docs(header + module_section) == {}
     assert read_docs(b"not wasm") == {}
+
+
+def test_tools_are_described_from_the_cache_beside_the_compiled_component(tmp_path: Path) -> None:
+    """Listing tools reads the descriptions cached with the compiled code: the component is not even looked at."""
+    compiled = tmp_path / "abc.cwasm"
+    cached = [ExportedFunction("summarize", None, [("text", STRING)], STRING)]
+    payload = {"format": TOOLS_CACHE_FORMAT, "functions": [f.to_json() for f in cached], "docs": {"summarize": "S."}}
+    (tmp_path / "abc.tools.json").write_text(json.dumps(payload))
+    linked = SimpleNamespace(cache_file=compiled, component=None, engine=None)  # any use of these would fail
+    functions, docs = describe(linked, tmp_path / "app.wasm")  # type: ignore[arg-type]
+    assert functions == cached and docs == {"summarize": "S."}

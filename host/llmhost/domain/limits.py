@@ -64,8 +64,11 @@ def model_key(model: str, key: str) -> str:
     return f"models.{model}.{key}"
 
 
-# Texts per `generate-embeddings` call (OpenAI's limit); each is also bounded by the context window.
-MAX_EMBEDDING_TEXTS = 2048
+# Texts per `generate-embeddings` call (a corpus at a time: a 10,000-text call shares the model between its packed
+# batches); each is also bounded by the context window.
+MAX_EMBEDDING_TEXTS = 16384
+# Texts per embeddings request to a remote server (OpenAI's limit): a longer call is sent in several.
+REMOTE_EMBEDDING_BATCH = 2048
 # Texts packed into one embeddings decode call (one llama.cpp sequence id each), as llama.cpp's embedding example
 # and llama-server do; the batch's tokens are bounded by `batch-size` too.
 EMBEDDING_SEQUENCES = 64

@@ -27,7 +27,7 @@ from typing import Any
 
 from llmhost.config import ModelConfig
 from llmhost.domain.errors import EngineError, InvalidInput
-from llmhost.domain.limits import DEFAULT_MODEL
+from llmhost.domain.limits import DEFAULT_MODEL, REMOTE_EMBEDDING_BATCH
 from llmhost.domain.types import (
     EmbeddingInput,
     EmbeddingsResult,
@@ -102,9 +102,10 @@ class OpenAIEngine:
     def embeddings(
         self, model: str, texts: Sequence[EmbeddingInput], check: Callable[[], None] | None = None
     ) -> EmbeddingsResult:
-        """One request for all texts, or one a text where the server kind needs it (`check` runs before each: the
-        server does a request's work in one piece). Token-id inputs go as token ids (OpenAI's `input` takes them),
-        in requests of their own: a request's `input` is all texts or all token lists."""
+        """One request for all texts (REMOTE_EMBEDDING_BATCH at most), or one a text where the server kind needs it
+        (`check` runs before each: the server does a request's work in one piece). Token-id inputs go as token ids
+        (OpenAI's `input` takes them), in requests of their own: a request's `input` is all texts or all token
+        lists."""
         check_embedding_texts(texts)  # as the local engine checks them
         m = self.model(model)
         for i, text in enumerate(texts):
@@ -115,7 +116,10 @@ class OpenAIEngine:
         if m.kind.embeds_one_per_request:
             batches = [[text] for text in texts]
         else:
-            batches = [list(run) for _, run in groupby(texts, key=lambda t: isinstance(t, str))]
+            runs = [list(run) for _, run in groupby(texts, key=lambda t: isinstance(t, str))]
+            batches = [
+                run[i : i + REMOTE_EMBEDDING_BATCH] for run in runs for i in range(0, len(run), REMOTE_EMBEDDING_BATCH)
+            ]
         vectors: list[list[float]] = []
         tokens = 0
         for batch in batches:
