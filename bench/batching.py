@@ -118,11 +118,9 @@ def serialized(host: Host, model: str, n: int, tag: str) -> float:
 def serve_http(host_config: HostConfig, model: str, threads: int, n_gpu_layers: int) -> dict[int, float]:
     """Aggregate tokens/s of n concurrent `/v1/completions` requests to guest-examples/openai-compat served by
     `llmhost serve` over loopback HTTP (each request a fresh guest instance calling `llm.infer`)."""
-    import http.client
-    import json
     import tempfile
 
-    from serve import start_server
+    from serve import completion_tokens, start_server
 
     from llmhost.toolchains.python import build_component
 
@@ -143,16 +141,7 @@ def serve_http(host_config: HostConfig, model: str, threads: int, n_gpu_layers: 
     process, port = start_server(wasm, host_config.cache_dir, config)
 
     def request(prompt: str) -> int:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-        body = {"model": model, "prompt": prompt, "max_tokens": TOKENS, "temperature": 0}
-        connection.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
-        response = connection.getresponse()
-        raw = response.read()
-        connection.close()
-        if response.status != 200:
-            raise RuntimeError(f"/v1/completions answered {response.status}: {raw.decode(errors='replace')}")
-        reply = json.loads(raw)
-        return int(reply["usage"]["completion_tokens"])
+        return completion_tokens(port, {"model": model, "prompt": prompt, "max_tokens": TOKENS, "temperature": 0})
 
     rates: dict[int, float] = {}
     try:

@@ -8,6 +8,7 @@ threads (the client shares the machine's cores with the server, so the numbers a
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import re
 import signal
@@ -141,18 +142,10 @@ def cpu_seconds(pid: int) -> float:
 def completions(port: int, streams: int, tokens: int, tag: str) -> tuple[float, int]:
     """Aggregate tokens/s of `streams` concurrent greedy `/v1/completions` of `tokens` tokens (openai-compat), and
     the tokens generated."""
-    import json
 
     def one(i: int) -> int:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
         body = {"model": "gemma-3-270m", "prompt": f"{tag} story {i}:", "max_tokens": tokens, "temperature": 0}
-        connection.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
-        response = connection.getresponse()
-        raw = response.read()
-        connection.close()
-        if response.status != 200:
-            raise RuntimeError(f"/v1/completions answered {response.status}")
-        return int(json.loads(raw)["usage"]["completion_tokens"])
+        return completion_tokens(port, body)
 
     started = time.perf_counter()
     with ThreadPoolExecutor(streams) as pool:
@@ -234,6 +227,18 @@ def metrics_cost(wasm: Path, cache_dir: Path) -> list[str]:
             f"| {what} | {off:.1f} | {on:.1f} | {on / off:.3f} | {cpu_off:.2f} | {cpu_on:.2f} | {cpu_ratio:.3f} |"
         )
     return rows
+
+
+def completion_tokens(port: int, body: dict[str, object]) -> int:
+    """POST `body` to openai-compat's /v1/completions on loopback `port`; the completion's token count."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    connection.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    raw = response.read()
+    connection.close()
+    if response.status != 200:
+        raise RuntimeError(f"/v1/completions answered {response.status}: {raw.decode(errors='replace')}")
+    return int(json.loads(raw)["usage"]["completion_tokens"])
 
 
 def p(values: list[float], q: float) -> float:
