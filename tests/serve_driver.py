@@ -24,6 +24,8 @@ from typing import Any
 
 LLMHOST = str(Path(sys.executable).with_name("llmhost"))
 LISTENING = re.compile(r"listening on http://([\d.]+):(\d+)")
+METRICS_LINE = re.compile(r"metrics on http://([\d.]+):(\d+)/metrics")  # a server with `metrics-listen`
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]  # (name, labels) -> value
 START_TIMEOUT_S = 240.0  # the first start may compile a component (~25 s on 2 cores)
 STOP_TIMEOUT_S = 30.0
 
@@ -143,3 +145,31 @@ def serving(
     finally:
         if process.poll() is None:
             server.stop()
+
+
+def metric_samples(text: str) -> Samples:
+    """A Prometheus exposition (the text of GET /metrics) as its samples."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = text_string_to_metric_families(text)
+    return {(s.name, frozenset(s.labels.items())): s.value for family in families for s in family.samples}
+
+
+def scrape(host: str, port: int) -> Samples:
+    """The samples of a metrics listener's GET /metrics."""
+    connection = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        connection.request("GET", "/metrics")
+        response = connection.getresponse()
+        assert response.status == 200, response.status
+        return metric_samples(response.read().decode())
+    finally:
+        connection.close()
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def delta(before: Samples, after: Samples, name: str, **labels: str) -> float:
+    return value(after, name, **labels) - value(before, name, **labels)

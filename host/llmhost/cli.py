@@ -160,18 +160,18 @@ def run(settings: Settings, app: Path, args: tuple[str, ...]) -> None:
     sys.exit(exit_code)
 
 
-def _build_for_run(settings: Settings, app_dir: Path, world: str) -> Path:
-    """`llmhost run DIR` / `serve DIR`: build when the sources changed, into the cache, and return the component."""
+def _build_for_run(settings: Settings, app_dir: Path, world: str | None) -> Path:
+    """`llmhost run DIR` / `serve DIR` / `mcp DIR`: build when the sources changed, into the cache, and return the
+    component. `world`: the one the command serves (None: `mcp`, whose guests declare their own)."""
     from llmhost.toolchains import build_component, detect_world
 
     found = detect_world(app_dir)
-    if found != world:
-        raise click.UsageError(
-            f"{app_dir} is a guest of the `{found}` world; use `llmhost {'serve' if found == 'http-app' else 'run'}`"
-        )
+    if world is not None and found != world:
+        command = {"http-app": "serve", "command": "run"}.get(found, "mcp")
+        raise click.UsageError(f"{app_dir} is a guest of the `{found}` world; use `llmhost {command}`")
     config = settings.config()
     output = config.cache_dir / "dev" / f"{app_dir.resolve().name}.wasm"
-    return build_component(app_dir, output, world, cache_dir=config.cache_dir, note=_note)
+    return build_component(app_dir, output, found, cache_dir=config.cache_dir, note=_note)
 
 
 @cli.command()
@@ -310,18 +310,9 @@ def mcp(settings: Settings, app: Path | None, config_path: Path | None, listen: 
     if app is None and config_path is None and settings.config_path is None:
         raise click.UsageError("give APP.wasm or a guest directory, or an app config with -c/--config")
     if app is not None and app.is_dir():
-        app = _build_tool_guest(settings, app)
+        app = _build_for_run(settings, app, None)
     serve_settings = settings_for(config_path or settings.config_path, app, listen, settings.cache_dir, routed=False)
     sys.exit(run(serve_settings, stdio=listen is None, log_level=log_level))
-
-
-def _build_tool_guest(settings: Settings, app_dir: Path) -> Path:
-    """`llmhost mcp DIR`: build (when the sources changed) a guest of its own world into the cache."""
-    from llmhost.toolchains import build_component
-
-    config = settings.config()
-    output = config.cache_dir / "dev" / f"{app_dir.resolve().name}.wasm"
-    return build_component(app_dir, output, cache_dir=config.cache_dir, note=_note)
 
 
 @cli.command()

@@ -27,10 +27,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 import readme_output as readme
 from llmhost import Host, InferencingParams
-from serve_driver import LLMHOST, Server, serving
+from serve_driver import LLMHOST, METRICS_LINE, Samples, Server, delta, scrape, serving
 
 from .conftest import MODEL
-from .test_serve_metrics import METRICS_LINE, Samples, delta
 
 pytestmark = pytest.mark.model
 
@@ -147,20 +146,6 @@ def _check_progress_cancel_and_batching(seen: dict[str, Any], log: str, expected
     assert 0 < seen["batch-steps"] < 8 * 16 - 24, f"{seen['batch-steps']} steps for 128 tokens: not batched"
 
 
-def _metrics_at(host: str, port: int) -> Samples:
-    """A server's metrics (its `metrics-listen` listener, as `llmhost serve`'s)."""
-    import http.client
-
-    from prometheus_client.parser import text_string_to_metric_families
-
-    connection = http.client.HTTPConnection(host, port, timeout=10)
-    connection.request("GET", "/metrics")
-    body = connection.getresponse().read().decode()
-    connection.close()
-    families = text_string_to_metric_families(body)
-    return {(s.name, frozenset(s.labels.items())): s.value for family in families for s in family.samples}
-
-
 # --- stdio: one server process for the whole conversation ------------------------------------------------------
 
 
@@ -203,10 +188,10 @@ def test_stdio_tools_calls_errors_progress_and_cancellation(
 
                 await _cancel_a_long_call(session, "generate", seen, errlog_path.read_text)
                 seen["after-cancel"] = await session.call_tool("extra_echo", {"text": "still serving"})
-                address = re.search(r"metrics on http://([\d.]+):(\d+)/metrics", errlog_path.read_text())
+                address = METRICS_LINE.search(errlog_path.read_text())
                 assert address is not None
                 host, port = address.group(1), int(address.group(2))
-                await _eight_at_once(session, "generate", lambda: _metrics_at(host, port), seen)
+                await _eight_at_once(session, "generate", lambda: scrape(host, port), seen)
 
     anyio.run(conversation)
     log = errlog_path.read_text()
@@ -293,7 +278,7 @@ def test_http_names_limits_progress_cancellation_and_batching(http_server: Serve
 
     def samples() -> Samples:
         host, port = http_server.wait_for_line(METRICS_LINE.pattern, 10).groups()
-        return _metrics_at(host, int(port))
+        return scrape(host, int(port))
 
     async def conversation() -> None:
         async with _http_session(http_server) as (read, write, *_), ClientSession(read, write) as session:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -22,14 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from serve_driver import LISTENING, LLMHOST, START_TIMEOUT_S, Server
+from serve_driver import LISTENING, LLMHOST, METRICS_LINE, START_TIMEOUT_S, Samples, Server, delta, scrape, value
 
 pytestmark = [pytest.mark.model, pytest.mark.wasm]
 MODEL = "gemma-3-270m"
-METRICS_LINE = re.compile(r"metrics on http://([\d.]+):(\d+)/metrics")
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 class MetricsServer:
@@ -48,21 +44,7 @@ class MetricsServer:
             connection.close()
 
     def samples(self) -> Samples:
-        status, _, body = self.get("/metrics")
-        assert status == 200
-        return {
-            (s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(body.decode())
-            for s in family.samples
-        }
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((name, frozenset(labels.items())), 0.0)
-
-
-def delta(before: Samples, after: Samples, name: str, **labels: str) -> float:
-    return value(after, name, **labels) - value(before, name, **labels)
+        return scrape(self.host, self.port)
 
 
 @pytest.fixture(scope="module")

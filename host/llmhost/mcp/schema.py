@@ -69,11 +69,11 @@ def object_schema(fields: list[tuple[str, WitType]] | list[list[Any]]) -> dict[s
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
 
-def ok_and_error(result: WitType | None) -> tuple[WitType | None, WitType | None, bool]:
-    """(the type of a successful answer, the type of the error case, whether the function returns a result)."""
+def answer_type(result: WitType | None) -> tuple[WitType | None, bool]:
+    """(the type of a successful answer, whether the function returns a `result`, whose `err` is a tool error)."""
     if result is not None and result["kind"] == "result":
-        return result["ok"], result["err"], True
-    return result, None, False
+        return result["ok"], True
+    return result, False
 
 
 def output_schema(ok: WitType | None) -> dict[str, Any] | None:

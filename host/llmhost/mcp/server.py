@@ -23,7 +23,7 @@ import anyio.to_thread
 
 from llmhost.api import Host
 from llmhost.domain.limits import DEFAULT_MODEL
-from llmhost.mcp.schema import object_schema, ok_and_error, output_schema
+from llmhost.mcp.schema import answer_type, object_schema, output_schema
 from llmhost.mcp.tools import ToolAnswer, ToolComponent, ToolSpec, tool_specs
 from llmhost.run.scope import RunScope, TokenBudget
 from llmhost.serve.app import CLIENT_CLOSED_STATUS
@@ -66,7 +66,7 @@ class ToolServer:
 
         tools = []
         for spec in self.specs.values():
-            ok, _, _ = ok_and_error(spec.function.result)
+            ok, _ = answer_type(spec.function.result)
             tools.append(
                 types.Tool(
                     name=spec.name,
@@ -235,7 +235,7 @@ def run(settings: ServeSettings, stdio: bool, log_level: str = "info") -> int:
     `http://LISTEN/mcp` (until SIGINT/SIGTERM); returns the exit status. Logs go to stderr: on stdio, stdout is
     the protocol's."""
     from llmhost.serve.probes import Readiness
-    from llmhost.serve.server import bind, configure_logging, observed_host
+    from llmhost.serve.server import bind, configure_logging, observed_host, url_host
 
     configure_logging(log_level)
     readiness = Readiness()
@@ -252,9 +252,8 @@ def run(settings: ServeSettings, stdio: bool, log_level: str = "info") -> int:
 
             sock = bind(*settings.listen)
             shown_host, port = sock.getsockname()[:2]
-            shown = f"[{shown_host}]" if ":" in shown_host else shown_host
             server = uvicorn.Server(uvicorn.Config(http_app(tools), log_level=log_level, lifespan="on"))
-            _log.info("listening on http://%s:%d/mcp (MCP Streamable HTTP)", shown, port)
+            _log.info("listening on http://%s:%d/mcp (MCP Streamable HTTP)", url_host(shown_host), port)
             server.run(sockets=[sock])
         readiness.ready = False
         stats = tools.stats

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from wasmtime import Store, WasmtimeError
 from llmhost.api import Host, LinkedComponent, _cause
 from llmhost.domain.limits import ALLOWED_MODELS_KEY
 from llmhost.interfaces.http import HANDLER_INTERFACES
-from llmhost.mcp.schema import ok_and_error, structured
+from llmhost.mcp.schema import answer_type, structured
 from llmhost.run.scope import RunScope
 from llmhost.runtime.components import store_file
 from llmhost.runtime.exports import ArgumentError, ExportedFunction, export_index, exported_functions, lift, lower
@@ -62,18 +63,11 @@ def tool_names(entries: list[tuple[str, ExportedFunction]]) -> list[str]:
     """Each (component, function) entry's tool name: the function's name, qualified by its interface where two
     would clash (`text_summarize`), and by its component where that still clashes."""
 
-    def counts(names: list[str]) -> dict[str, int]:
-        found: dict[str, int] = {}
-        for name in names:
-            found[name] = found.get(name, 0) + 1
-        return found
-
-    names = [function.name for _, function in entries]
-    plain = counts(names)
+    plain = Counter(function.name for _, function in entries)
     names = [
         f"{short_interface(f.interface)}_{f.name}" if plain[f.name] > 1 and f.interface else f.name for _, f in entries
     ]
-    qualified = counts(names)
+    qualified = Counter(names)
     return [
         f"{component}_{name}" if qualified[name] > 1 else name
         for (component, _), name in zip(entries, names, strict=True)
@@ -126,7 +120,7 @@ def lower_arguments(function: ExportedFunction, arguments: dict[str, Any] | None
 def answer(function: ExportedFunction, value: Any) -> ToolAnswer:
     """A returned value as the tool's answer: `err` of a `result` is a tool error with E's text; a structured
     answer is also given as structured content."""
-    ok, _, is_result = ok_and_error(function.result)
+    ok, is_result = answer_type(function.result)
     data = lift(value, function.result) if function.result is not None else None
     if is_result:
         assert isinstance(data, dict)

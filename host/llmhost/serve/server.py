@@ -152,6 +152,11 @@ def configure_logging(level: str) -> None:
     root.setLevel(level.upper())
 
 
+def url_host(host: str) -> str:
+    """A listening address's host as a URL writes it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host
+
+
 def bind(host: str, port: int) -> socket.socket:
     family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     sock = socket.socket(family, kind, proto)
@@ -186,8 +191,7 @@ def observed_host(
         listener = ProbeListener(*settings.metrics_listen, metrics, readiness)
         listener.start()
         shown_host, shown_port = listener.address
-        shown = f"[{shown_host}]" if ":" in shown_host else shown_host
-        _log.info("metrics on http://%s:%d/metrics (and /healthz, /readyz)", shown, shown_port)
+        _log.info("metrics on http://%s:%d/metrics (and /healthz, /readyz)", url_host(shown_host), shown_port)
     note = lambda message: _log.info("%s", message)  # noqa: E731
     engine = create_registry(config, note, observers=metrics.observer if metrics is not None else no_observers)
     try:
@@ -255,8 +259,7 @@ def _serve(
     routes = ", ".join(f"{prefix} -> {name}" for prefix, name in settings.routes.items())
 
     def started() -> None:
-        shown = f"[{host_name}]" if ":" in host_name else host_name
-        _log.info("listening on http://%s:%d (%s; routes: %s)", shown, port, engine_kind, routes)
+        _log.info("listening on http://%s:%d (%s; routes: %s)", url_host(host_name), port, engine_kind, routes)
         readiness.ready = True
 
     def begin_shutdown() -> None:

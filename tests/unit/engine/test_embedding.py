@@ -16,8 +16,19 @@ from llmhost.engine.local.embedding import (
     choose_pooling,
     combine,
     next_group,
-    pack,
 )
+
+
+def pack(lengths: list[int], n_batch: int, n_seq: int) -> list[list[int]]:
+    """Every group `next_group` makes, in order, when each decode call may hold `n_batch` tokens (as
+    LlamaDecoder.embed walks the texts)."""
+    groups: list[list[int]] = []
+    start = 0
+    while start < len(lengths):
+        end = next_group(lengths, start, n_batch, n_seq)
+        groups.append(list(range(start, end)))
+        start = end
+    return groups
 
 
 def test_pack_bounds_tokens_and_sequences() -> None:

@@ -43,18 +43,6 @@ def next_group(lengths: Sequence[int], start: int, budget: int, n_seq: int) -> i
     return end
 
 
-def pack(lengths: Sequence[int], n_batch: int, n_seq: int) -> list[list[int]]:
-    """All the groups `next_group` makes, in order, when every call may hold `n_batch` tokens. A text longer than
-    `n_batch` (a causal model's text over its batch size, decoded in chunks) is a group alone."""
-    groups: list[list[int]] = []
-    start = 0
-    while start < len(lengths):
-        end = next_group(lengths, start, n_batch, n_seq)
-        groups.append(list(range(start, end)))
-        start = end
-    return groups
-
-
 def combine(pooling: int, parts: Sequence[tuple[Any, int]]) -> Any:
     """One text's vector from the pooled vectors of its consecutive chunks (vector, token count), each chunk
     attending to the ones before it (a causal model's KV cache): mean is their token-weighted mean, CLS the first
