@@ -202,7 +202,7 @@ def test_stream_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: Host)
     build, run = run_readme_commands(commands, tmp_path, llmhost_cache_dir)
     assert build.returncode == 0, build.stderr
     assert run.returncode == 0, run.stderr
-    # The README's shape (an 11-token prompt; 40 tokens in 40 chunks unless a newline came first).
+    # The README's shape (an 11-token prompt; 40 tokens unless a newline came first, in at most as many chunks).
     usage = r"usage: prompt=11 generated=(\d+) chunks=(\d+)"
     readme.assert_shape(run.stdout, expected, [r"[^\n]*", r"finish-reason: (length|stop)", usage])
     prompt = shlex.split(commands[1])[-1]
@@ -212,10 +212,9 @@ def test_stream_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: Host)
     text, finish, usage = run.stdout.rstrip("\n").split("\n")
     assert text == want.text == "".join(c.text for c in chunks)
     assert finish == f"finish-reason: {want.finish_reason.value}"
-    assert usage == (
-        f"usage: prompt={want.usage.prompt_token_count} generated={want.usage.generated_token_count} "
-        f"chunks={len(chunks)}"
-    )
+    # A chunk holds all the text ready when the guest asks (one token's, or a burst's): how many depends on timing.
+    prefix = f"usage: prompt={want.usage.prompt_token_count} generated={want.usage.generated_token_count} chunks="
+    assert usage.startswith(prefix) and 1 <= int(usage.removeprefix(prefix)) <= want.usage.generated_token_count
     assert want.finish_reason.value != "length" or want.usage.generated_token_count == 40
 
 

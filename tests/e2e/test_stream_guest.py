@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -57,20 +58,25 @@ def test_nothing_of_a_stop_sequence_is_ever_emitted(real_probe: Probe, real_host
     assert not any(emitted.endswith(stop[:k]) for k in range(1, len(stop)))
 
 
-def test_one_chunk_per_token_and_split_characters_arrive_whole(real_probe: Probe, real_host: Host) -> None:
+def test_chunks_carry_every_token_once_and_split_characters_arrive_whole(real_probe: Probe, real_host: Host) -> None:
+    # A chunk holds all the text that was ready when the guest asked (one token's or a burst's: scheduler.py).
     chunks, done = stream(real_probe, STORY, **{"temperature": 0.0, "repeat-penalty": 1.0, "max-tokens": 16})
-    assert len(chunks) == done["usage"]["generated-token-count"] == 16
-    assert all(len(c["token-ids"]) == 1 for c in chunks)
-    assert [c["usage"]["generated-token-count"] for c in chunks] == list(range(1, 17))
+    reference = token_texts(real_host, STORY, 16)
+    assert [t for c in chunks for t in c["token-ids"]] == [t for t, _ in reference]
+    assert done["usage"]["generated-token-count"] == 16 and all(c["token-ids"] for c in chunks)
+    counts = [c["usage"]["generated-token-count"] for c in chunks]
+    assert counts == list(itertools.accumulate(len(c["token-ids"]) for c in chunks))
 
     moose = "🫎🫎🫎 🫎🫎 🫎🫎🫎 🫎"
     reference = token_texts(real_host, moose, 10)
+    pieces = dict(reference)
     chunks, _ = stream(real_probe, moose, **{"temperature": 0.0, "repeat-penalty": 1.0, "max-tokens": 10})
     assert [t for c in chunks for t in c["token-ids"]] == [t for t, _ in reference][
         : sum(len(c["token-ids"]) for c in chunks)
     ]
-    # A four-byte character comes as one chunk carrying its four tokens, never split.
-    assert any(c["text"] == "🫎" and len(c["token-ids"]) == 4 for c in chunks)
+    # A four-byte character split over four tokens is never split over chunks: each chunk's tokens spell its text.
+    assert any("🫎" in c["text"] for c in chunks)
+    assert all(b"".join(pieces[t] for t in c["token-ids"]) == c["text"].encode() for c in chunks[:-1])
     assert all("\ufffd" not in c["text"] for c in chunks)
 
 
@@ -82,11 +88,13 @@ def test_dropping_a_stream_cancels_generation_and_frees_its_slot(real_probe: Pro
     before = model.evaluated_tokens
     outcome = real_probe("stream-drop", MODEL, prompt, "3", "0")
     assert outcome.exit_code == 0, outcome
-    assert len(outcome.value["read"]) == 3
-    # Three chunks cost the prompt plus two decoded tokens; the scheduler may have run up to LOOKAHEAD steps
-    # ahead of the reader. After the drop (and half a second of sleep in the guest) nothing more was decoded: an
-    # uncancelled generation would have gone on towards its 64-token budget.
-    assert prompt_tokens + 2 <= model.evaluated_tokens - before <= prompt_tokens + 2 + LOOKAHEAD
+    read = outcome.value["read"]
+    assert len(read) == 3
+    tokens = sum(len(event["chunk"]["token-ids"]) for event in read)
+    # Three chunks' tokens cost the prompt plus all but the last of them decoded; the scheduler may have run up to
+    # LOOKAHEAD steps ahead of the reader. After the drop (and half a second of sleep in the guest) nothing more was
+    # decoded: an uncancelled generation would have gone on towards its 64-token budget.
+    assert prompt_tokens + tokens - 1 <= model.evaluated_tokens - before <= prompt_tokens + tokens - 1 + LOOKAHEAD
     assert model.slots.available == slots
     # After a drop, all the slots can be held at once by new streams.
     outcome = real_probe("stream-drop", MODEL, prompt, "3", str(slots))

@@ -7,6 +7,7 @@ generated, the end-of-generation token and the tokens that (partly) spelled a st
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from llmhost.domain.types import FinishReason, StreamChunk, TokenLogprob, Usage
@@ -61,6 +62,23 @@ class GenerationText:
     ) -> Step:
         """Account for one sampled token. `context_full`: no room for another token after this one.
         `logprob`: its entry when logprobs were requested (chunks then carry one per token id)."""
+        text, finish = self.take_token(
+            token_id, piece, end_of_generation=end_of_generation, context_full=context_full, logprob=logprob
+        )
+        return Step(self.release(text), finish)
+
+    def take_token(
+        self,
+        token_id: int,
+        piece: bytes,
+        *,
+        end_of_generation: bool,
+        context_full: bool,
+        logprob: TokenLogprob | None = None,
+    ) -> tuple[str, FinishReason | None]:
+        """`on_token` without building its chunk: the text the token released, and the finish reason if it ended
+        the generation. The caller passes the text of one or more tokens to `release` (a scheduler reporting
+        several tokens of a stream at once builds one chunk for them)."""
         if self.finish_reason is not None:
             raise RuntimeError("token after the generation finished")
         self.token_ids.append(token_id)
@@ -71,7 +89,7 @@ class GenerationText:
             # The end-of-generation token's own text (e.g. "<end_of_turn>") is never part of the output.
             self.token_text_end.append(self.text_len)
             self.token_complete.append(not self._utf8.pending())
-            return self._finish(FinishReason.STOP)
+            return self._finish_text(FinishReason.STOP)
         decoded = self._utf8.push(piece)
         self.text_len += len(decoded)
         self.token_text_end.append(self.text_len)
@@ -79,12 +97,12 @@ class GenerationText:
         scan = self._stops.push(decoded)
         if scan.stopped:
             self.stopped_by_sequence = True
-            return Step(self._release(scan.release), self._set_finish(FinishReason.STOP))
+            return scan.release, self._set_finish(FinishReason.STOP)
         if self.max_tokens is not None and len(self.token_ids) >= self.max_tokens or context_full:
             chunk_text = scan.release
             tail = self._flush()
-            return Step(self._release(chunk_text + tail), self._set_finish(self._limit_reason()))
-        return Step(self._release(scan.release))
+            return chunk_text + tail, self._set_finish(self._limit_reason())
+        return scan.release, None
 
     def end(self, reason: FinishReason) -> Step:
         """The generation ended for a reason known outside the token stream (a remote server's finish reason
@@ -99,11 +117,21 @@ class GenerationText:
             return Step()
         return self._finish(FinishReason.STOP)
 
+    def end_of_language_text(self) -> tuple[str, FinishReason | None]:
+        """`end_of_language` without building its chunk (as `take_token`)."""
+        if self.finish_reason is not None:
+            return "", None
+        return self._finish_text(FinishReason.STOP)
+
     def _finish(self, reason: FinishReason) -> Step:
+        text, finish = self._finish_text(reason)
+        return Step(self.release(text), finish)
+
+    def _finish_text(self, reason: FinishReason) -> tuple[str, FinishReason]:
         tail = self._flush()
         if self.stopped_by_sequence:
             reason = FinishReason.STOP
-        return Step(self._release(tail), self._set_finish(reason))
+        return tail, self._set_finish(reason)
 
     def _flush(self) -> str:
         """End of input: drop an incomplete last character and let the stop matcher decide on held text."""
@@ -120,10 +148,25 @@ class GenerationText:
         self.finish_reason = reason
         return reason
 
-    def _release(self, text: str) -> StreamChunk | None:
+    def release(self, text: str) -> StreamChunk | None:
+        """The chunk for `text` released by the tokens taken since the last chunk (with their ids), or None when
+        there is no text (the ids wait for the chunk that has some)."""
         if not text:
             return None
         self.released.append(text)
         ids, self._unreported = tuple(self._unreported), []
         logprobs, self._unreported_logprobs = tuple(self._unreported_logprobs), []
         return StreamChunk(text=text, token_ids=ids, usage=self.usage, logprobs=logprobs)
+
+
+def merge_chunks(chunks: Sequence[StreamChunk]) -> StreamChunk:
+    """Consecutive chunks of one stream as one: their text and tokens in order, the last one's usage (a reader that
+    comes back to a stream after several tokens gets all the text that is ready at once)."""
+    if len(chunks) == 1:
+        return chunks[0]
+    return StreamChunk(
+        text="".join(c.text for c in chunks),
+        token_ids=tuple(t for c in chunks for t in c.token_ids),
+        usage=chunks[-1].usage,
+        logprobs=tuple(entry for c in chunks for entry in c.logprobs),
+    )

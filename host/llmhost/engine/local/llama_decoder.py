@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,9 @@ _TEXT_PIECE_VOCABS = (1, 2, 5)
 _ROW_EXACT_TYPES = frozenset({2, 3, 6, 8})  # enum ggml_type
 _TILED_TYPES = frozenset({10, 11, 12, 13, 14, 16, 17, 18, 19, 21, 22, 23, 29})
 _CPU_TILED_MIN_ROWS = 8
+# Logits blocks of at least this many floats (4 MB) are read by two threads in `argmax_rows`: below it, handing
+# half over costs more than it saves.
+PARALLEL_ARGMAX_MIN = 1 << 20
 _GGML_LOG_ERROR = 4  # ggml_log_level in this llama.cpp: none 0, debug 1, info 2, warn 3, error 4, cont 5
 
 
@@ -108,6 +112,13 @@ class _BatchFields:
 
     def fill(self, rows: Sequence[BatchRow], logits_at: set[int]) -> int:
         """Write the rows (and which batch indices keep logits); returns the token count."""
+        if len(rows) == 1 and len(rows[0][2]) == 1 and logits_at == {0}:  # one stream's next token: 4 stores
+            slot, start, tokens = rows[0]
+            self.token[0] = tokens[0]
+            self.pos[0] = start
+            self.seq[0] = slot
+            self.logits[0] = 1
+            return 1
         if len(rows) == 1:
             slot, start, tokens = rows[0]
             n = len(tokens)
@@ -350,36 +361,74 @@ class LlamaDecoder(LlamaVocabCalls):
         self.memory = lib.llama_get_memory(self.ctx)
         self.batch = lib.llama_batch_init(self.n_batch, 0, 1)
         self._fields = _BatchFields(self.batch, self.n_batch)
-        self._row_type: Any = None
+        import numpy as np
+
+        self._np = np
+        # llama_get_logits through a prototype that returns the address as an int: the binding's returns a float
+        # pointer, whose `.contents` and `addressof` cost more than the call.
+        function = ctypes.cast(lib.llama_get_logits, ctypes.c_void_p).value
+        assert function is not None
+        self._logits_address = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(function)
         self._outputs: list[int] = []  # the batch indices of the last decode's logits rows, in output order
+        self._output_row: dict[int, int] = {}  # batch index -> its row in the logits block
+        self._block: Any = None  # numpy view of the last decode's logits rows (read lazily: see `_logits_block`)
+        self._views: dict[tuple[int, int], Any] = {}  # (address, rows) -> a view of llama.cpp's logits buffer
+        self._argmax_pool: ThreadPoolExecutor | None = None
 
     # --- decoding ----------------------------------------------------------------------------------------
     def decode(self, rows: Sequence[BatchRow], logits_at: set[int]) -> int:
         batch = self.batch
         batch.n_tokens = self._fields.fill(rows, logits_at)
-        self._outputs = sorted(logits_at)
+        outputs = sorted(logits_at)
+        if outputs != self._outputs:
+            self._outputs = outputs
+            self._output_row = {index: row for row, index in enumerate(outputs)}
+        self._block = None
         rc = int(compute.run(self.lib.llama_decode, self.ctx, batch))
         if rc not in (0, 1):
             raise EngineError(f"llama_decode failed with code {rc} (context of {self.n_ctx} tokens per sequence)")
         return rc
 
-    def logits(self, index: int) -> Any:
-        import numpy as np
+    def _logits_block(self) -> Any:
+        """The last decode's logits rows, in batch order, as one writable (outputs × vocabulary) float32 array.
+        `llama_get_logits` is called once per decode: it puts rows that llama.cpp computed out of order back in
+        batch order. The view over its buffer is kept while the buffer stays where it is (llama.cpp moves it
+        only when a decode needs more output rows than it holds): building a numpy row from a ctypes pointer
+        costs more than a greedy token's whole bookkeeping."""
+        block = self._block
+        if block is None:
+            key = (self._logits_address(self.ctx), len(self._outputs))
+            block = self._views.get(key)
+            if block is None:
+                if len(self._views) > 16:  # old buffers' views (the buffer moved, or many row counts)
+                    self._views.clear()
+                array = (ctypes.c_float * (key[1] * self.n_vocab)).from_address(key[0])
+                block = self._views[key] = self._np.frombuffer(memoryview(array), dtype="float32").reshape(key[1], -1)
+            self._block = block
+        return block
 
-        if self._row_type is None:  # one ctypes array type for every row (np.ctypeslib builds one per call)
-            self._row_type = ctypes.c_float * self.n_vocab
-        address = ctypes.addressof(self.lib.llama_get_logits_ith(self.ctx, index).contents)
-        return np.frombuffer(memoryview(self._row_type.from_address(address)), dtype=np.float32)
+    def logits(self, index: int) -> Any:
+        row = index if index < 0 else self._output_row.get(index)
+        if row is None:  # not a row the last decode kept: llama.cpp's own lookup reports it
+            import numpy as np
+
+            address = ctypes.addressof(self.lib.llama_get_logits_ith(self.ctx, index).contents)
+            return np.frombuffer(memoryview((ctypes.c_float * self.n_vocab).from_address(address)), dtype=np.float32)
+        return self._logits_block()[row]
 
     def argmax_rows(self, rows: Sequence[int]) -> list[int]:
-        import numpy as np
-
         if list(rows) != self._outputs:
             return [int(self.logits(row).argmax()) for row in rows]
-        # Every output row, in order: llama_get_logits holds them contiguously; one argmax over the block.
-        address = ctypes.addressof(self.lib.llama_get_logits(self.ctx).contents)
-        block = (ctypes.c_float * (len(rows) * self.n_vocab)).from_address(address)
-        return [int(t) for t in np.frombuffer(memoryview(block), dtype=np.float32).reshape(len(rows), -1).argmax(1)]
+        # Every output row, in order: one argmax over the block, in two halves on two threads when the block is
+        # large (numpy releases the GIL; 32 rows of a 262k vocabulary are 32 MB to read between two decodes).
+        block = self._logits_block()
+        if block.size < PARALLEL_ARGMAX_MIN:
+            return block.argmax(1).tolist()
+        if self._argmax_pool is None:
+            self._argmax_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmhost-argmax")
+        half = len(block) // 2
+        second = self._argmax_pool.submit(block[half:].argmax, 1)
+        return block[:half].argmax(1).tolist() + second.result().tolist()
 
     def new_sampler(self, params: InferencingParams) -> Sampler:
         """numpy on the logits row where it covers the params (host_sampler.py: ~20 µs for greedy against
@@ -539,6 +588,10 @@ class LlamaDecoder(LlamaVocabCalls):
 
     def close(self) -> None:
         lib = self.lib
+        pool = getattr(self, "_argmax_pool", None)  # an embeddings-only model never made one
+        if pool is not None:
+            pool.shutdown(wait=True)
+            self._argmax_pool = None
         if self._embed_ctx:
             assert self._embed_fields is not None
             self._embed_fields.close()

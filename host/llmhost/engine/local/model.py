@@ -32,6 +32,7 @@ from llmhost.engine.admission import AdmissionQueue
 from llmhost.engine.local import compute
 from llmhost.engine.local.constraint_mask import TokenConstraint
 from llmhost.engine.local.decoder import BatchRow, Decoder
+from llmhost.engine.local.model_lock import ModelLock
 from llmhost.engine.local.planning import aligned_after, row_length
 from llmhost.engine.local.scheduler import Row, Scheduler
 from llmhost.engine.local.sequence_state import SeqState
@@ -49,7 +50,7 @@ class EngineModel:
         self.observer = observer
         self.config = config
         self.decoder = decoder
-        self.lock = threading.RLock()
+        self.lock = ModelLock()
         self.n_vocab = decoder.n_vocab
         self.n_ctx = decoder.n_ctx  # the window of one sequence
         self.n_batch = decoder.n_batch
@@ -73,6 +74,7 @@ class EngineModel:
         self.decoding = False  # inside a decode now
         self.decode_threads: list[int] = []  # the thread of each decode, while `record_decode_threads` is on
         self.record_decode_threads = False
+        self._all_rows: dict[int, set[int]] = {}  # n -> {0, ..., n-1}: the logits rows of a burst's step
         observer.attach(self.gauges)
 
     def gauges(self) -> ModelGauges:
@@ -188,6 +190,45 @@ class EngineModel:
                     self.evaluated_tokens += len(row.tokens)
                 return rows
             return self.start_rows(rows[: len(rows) // 2])() if len(rows) > 1 else []
+
+        return wait
+
+    def start_next(self, states: list[SeqState], overlap: bool = False) -> Callable[[], bool]:
+        """One step of a burst (scheduler.py), the lean form of `start_rows` for the step that runs most often:
+        each state's last token, whose logits are then output row `i` of state `i`. The returned `wait()` (called
+        once) says whether it was decoded: False when the KV cache had no room, and nothing was (the planned path
+        shrinks the batch). With `overlap` the decode runs on the compute thread and the caller works on meanwhile,
+        as with `start_rows`."""
+        batch = [(state.slot, state.n_kv, state.tokens[-1:]) for state in states]
+        rows = self._all_rows.get(len(states))
+        if rows is None:
+            rows = self._all_rows[len(states)] = set(range(len(states)))
+        if self.record_decode_threads:
+            self.decode_threads.append(threading.get_ident())
+        started = time.perf_counter()
+        self.decoding = True
+        try:
+            if overlap:
+                waiting = compute.start(self.decoder.decode, batch, rows)
+            else:
+                rc = self.decoder.decode(batch, rows)  # type: ignore[arg-type]
+                waiting = lambda: rc  # noqa: E731
+        except BaseException:
+            self.decoding = False
+            raise
+
+        def wait() -> bool:
+            try:
+                if waiting() != 0:
+                    return False
+            finally:
+                self.decoding = False
+                self.decode_seconds += time.perf_counter() - started
+            for state in states:
+                state.n_kv += 1
+                state.evaluated += 1
+            self.evaluated_tokens += len(states)
+            return True
 
         return wait
 

@@ -21,16 +21,50 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+# Multi-step decoding (a "burst", after vLLM's multi-step scheduling): while every generation that can take a row
+# is decoding one token a step, the thread that ran a step runs the next one at once, with no hand-over to another
+# thread, no readers woken and no planning in between: what a step costs the host besides its own tokens is paid
+# once per burst. Readers get the burst's text when it ends (each as one chunk: `merge_chunks`), so a stream's
+# chunks come at least every `BURST_S` (or `BURST_STEPS` steps: 16-48 ms at GPU speed). New work never waits for a
+# burst: the burst ends after the step under way (model_lock.ModelLock.contended, the admission queue).
+BURST_STEPS = 16
+BURST_S = 0.15
+
 
 @dataclass(frozen=True)
 class Pending:
     """One active generation: `pending` tokens not yet in the KV cache (1: it is decoding), starting at position
-    `start`, and whether its reader lags so far behind that it is skipped this step."""
+    `start`, and whether its reader lags so far behind that it is skipped this step. For bursts: `fresh`, its
+    first token was taken by the last step (its reader gets that at once); `reads_logits`, it reads its rows itself
+    and ends after one (a guest's next-token read: its loop comes back with the next one)."""
 
     key: int
     pending: int
     stalled: bool = False
     start: int = 0
+    fresh: bool = False
+    reads_logits: bool = False
+
+
+def plan_burst(jobs: Sequence[Pending], budget: int, waiting: bool) -> list[int] | None:
+    """The keys of the generations a burst starting now decodes; None when the step must not start one (it is
+    planned by `plan_step`): work waits for admission, some generation is in prefill, fresh or reads its own
+    logits, or the rows would not fit the budget. Stalled generations take no row, as in `plan_step`."""
+    if waiting:
+        return None
+    keys: list[int] = []
+    for job in jobs:
+        if job.stalled or job.pending <= 0:
+            continue
+        if job.pending != 1 or job.fresh or job.reads_logits:
+            return None
+        keys.append(job.key)
+    return keys if 0 < len(keys) <= budget else None
+
+
+def burst_continues(steps: int, elapsed_s: float, waiting: bool) -> bool:
+    """Whether a burst that ran `steps` steps in `elapsed_s` takes another (for the generations still in it)."""
+    return not waiting and steps < BURST_STEPS and elapsed_s < BURST_S
 
 
 @dataclass(frozen=True)

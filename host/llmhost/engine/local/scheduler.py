@@ -37,10 +37,10 @@ from llmhost.domain.types import (
     Usage,
 )
 from llmhost.engine.admission import AdmissionQueue, Ticket
-from llmhost.engine.generation import GenerationText, Step
+from llmhost.engine.generation import GenerationText, merge_chunks
 from llmhost.engine.local.constraint_mask import MaskWorker, TokenConstraint
 from llmhost.engine.local.decoder import Decoder
-from llmhost.engine.local.planning import Pending, decode_calls, plan_step
+from llmhost.engine.local.planning import Pending, burst_continues, decode_calls, plan_burst, plan_step
 from llmhost.engine.local.sampling import penalty_window
 from llmhost.engine.local.sequence_state import SeqState, plan_rewind
 from llmhost.engine.local.slots import SlotPool
@@ -77,7 +77,7 @@ class LlamaModel(Protocol):
     name: str
     config: ModelConfig
     decoder: Decoder
-    lock: Any  # the model's RLock: every decoder call runs under it
+    lock: Any  # the model's ModelLock (reentrant; knows when others wait): every decoder call runs under it
     slots: SlotPool
     admission: AdmissionQueue
     scheduler: Scheduler
@@ -98,6 +98,8 @@ class LlamaModel(Protocol):
     def unevaluate_last(self, state: SeqState) -> None: ...
 
     def start_rows(self, rows: list[Row], overlap: bool = False) -> Callable[[], list[Row]]: ...
+
+    def start_next(self, states: list[SeqState], overlap: bool = False) -> Callable[[], bool]: ...
 
     def top_logprobs(self, logits: Any, k: int) -> tuple[float, tuple[TopLogprob, ...]]: ...
 
@@ -139,6 +141,10 @@ class LlamaGeneration:
         self.base = len(state.tokens)
         self.text = GenerationText(params.stop, self.base, params.max_tokens)
         self.sampler: Any = None
+        self._plain_greedy = False  # its sampler takes the argmax and nothing else (set by `start`)
+        self._is_eog = model.is_eog
+        self.reader_waits = False  # its reader waits in next() (the scheduler's mutex guards it)
+        self.pushed = 0  # events pushed so far
         self.eog = False  # the last reported token ended the generation
         # Tokens in the sequence whose text is not accounted for yet (`take`, then `report`): (token, its logprob
         # entry, end-of-generation, context full after it, the constraint's language ended with it).
@@ -217,12 +223,15 @@ class LlamaGeneration:
 
     @property
     def waiting_unread(self) -> bool:
-        """The reader lags too far behind: skip this generation in the next step."""
-        return len(self._events) >= LOOKAHEAD
+        """The reader lags too far behind: skip this generation in the next step. Not while it waits in next():
+        woken, it takes every event there is (a burst's readers come back with up to `BURST_STEPS` waiting). Tokens a
+        burst reports at its end count as events."""
+        return len(self._events) + len(self._unreported) >= LOOKAHEAD and not self.reader_waits
 
     def start(self) -> None:
         model, state = self.model, self.state
         self.sampler = model.decoder.new_sampler(self.params)
+        self._plain_greedy = not self.logprobs and bool(getattr(self.sampler, "plain_greedy", False))
         for tok in state.tokens[-max(1, penalty_window(self.params, model.n_ctx)) :]:
             self.sampler.accept(tok)  # the penalty window includes the prompt
         model.unevaluate_last(state)
@@ -235,7 +244,7 @@ class LlamaGeneration:
     def plain_greedy(self) -> bool:
         """Its next token is the raw row's argmax, with nothing else to read from the row (no log-probabilities,
         no constraint): the scheduler may take it from one argmax over the step's rows."""
-        return not self.logprobs and self.constraint is None and bool(getattr(self.sampler, "plain_greedy", False))
+        return self._plain_greedy and self.constraint is None
 
     def on_logits(self, row: int, mask: Any) -> bool:
         """This step decoded the job's last pending token into output `row`: sample and account for the next
@@ -256,8 +265,10 @@ class LlamaGeneration:
         if self._first_token:
             self._first_token = False
             model.observer.first_token(time.monotonic() - self.submitted_at)
-        state.append([token], [""], [logprob])
-        eog = model.is_eog(token)
+        state.tokens.append(token)  # SeqState.append, for one token
+        state.token_texts.append("")
+        state.logprobs.append(logprob)
+        eog = self._is_eog(token)
         full = len(state.tokens) >= model.n_ctx
         # The language admits no further token: end now rather than wait for end-of-generation.
         ended = not eog and self.constraint is not None and self.constraint.advance(token)
@@ -269,23 +280,30 @@ class LlamaGeneration:
         return self.last
 
     def report(self) -> bool:
-        """Text, stops and events for the tokens taken since the last report; returns True when the generation
-        is over (a stop sequence may end it before its last taken token)."""
-        model = self.model
+        """Text, stops and events for the tokens taken since the last report, as one chunk; returns True when the
+        generation is over (a stop sequence may end it before its last taken token: the rest are dropped, and the
+        rewind drops them from the sequence)."""
+        model, text = self.model, self.text
         unreported, self._unreported = self._unreported, []
+        released: list[str] = []
+        finish = None
         for token, entry, eog, full, ended in unreported:
             self.eog = eog
-            step = self.text.on_token(
+            piece, finish = text.take_token(
                 token, model.piece(token), end_of_generation=eog, context_full=full, logprob=entry
             )
-            if step.finish is None and ended:
-                tail = self.text.end_of_language()
-                step = Step(_join(step.chunk, tail.chunk), tail.finish)
-            if step.chunk is not None and self.push(step.chunk):
-                model.scheduler.readers.append(self)
-            if step.finish is not None:
-                self.push(StreamDone(finish_reason=step.finish, usage=self.text.usage))
-                return True
+            released.append(piece)
+            if finish is None and ended:
+                piece, finish = text.end_of_language_text()
+                released.append(piece)
+            if finish is not None:
+                break
+        chunk = text.release(released[0] if len(released) == 1 else "".join(released))
+        if chunk is not None and self.push(chunk):
+            model.scheduler.readers.append(self)
+        if finish is not None:
+            self.push(StreamDone(finish_reason=finish, usage=text.usage))
+            return True
         return False
 
     def finish(self) -> None:
@@ -320,18 +338,6 @@ class LlamaGeneration:
         if plan.remainder:
             tokens = model.tokenize(plan.remainder, add_special=False)
             state.append(tokens, model.texts_of(tokens, plan.remainder))
-
-
-def _join(first: StreamChunk | None, second: StreamChunk | None) -> StreamChunk | None:
-    """Two chunks released by one token, as one."""
-    if first is None or second is None:
-        return first or second
-    return StreamChunk(
-        text=first.text + second.text,
-        token_ids=first.token_ids + second.token_ids,
-        usage=second.usage,
-        logprobs=first.logprobs + second.logprobs,
-    )
 
 
 @dataclass
@@ -377,6 +383,9 @@ class Scheduler:
         # (measured: Gemma's one-token decode 14.5 → 16 ms, to hide 0.07 ms of reporting).
         self.overlap = not model.cpu_bound
         self.masks = MaskWorker()
+        self._bursting = False  # steps follow each other at once (planning.plan_burst); readers wait for the end
+        self._stepping_for: LlamaGeneration | None = None  # whose reader runs the step under way (None: background)
+        self._burst_report: dict[LlamaGeneration, None] = {}  # jobs whose tokens the burst reports at its end
 
     def submit(self, job: LlamaGeneration) -> None:
         model = self.model
@@ -440,8 +449,10 @@ class Scheduler:
         """Queue `event` for `job`'s reader; returns whether the reader was waiting in next() for it."""
         with self._mutex:
             job._events.append(event)
-            job._ready.notify()
-            return job in self._blocked
+            job.pushed += 1
+            if not self._bursting or job.pushed == 1:  # a burst wakes its readers once, at its end (but a first event)
+                job._ready.notify()
+            return job.reader_waits
 
     def next_event(self, job: LlamaGeneration) -> StreamEvent | LlmError:
         """`job`'s next event, for its reader. While there is none, this thread runs the steps (when no other
@@ -456,11 +467,19 @@ class Scheduler:
                     self._step_here(job)
                     continue
                 self._blocked.append(job)
+                job.reader_waits = True
                 self._turn_cv.notify()  # a step may be waiting for this reader's turn
                 job._ready.wait(self._stall_wait())
                 self._blocked.remove(job)
-            caught_up = len(job._events) == LOOKAHEAD  # it was skipped by the steps: now it can run again
+                job.reader_waits = False
+            caught_up = len(job._events) >= LOOKAHEAD  # it was skipped by the steps: now it can run again
             event = job._events.popleft()
+            if isinstance(event, StreamChunk) and job._events and isinstance(job._events[0], StreamChunk):
+                # All the text that is ready, as one chunk: a reader handles a burst's tokens in one go.
+                chunks = [event]
+                while job._events and isinstance(job._events[0], StreamChunk):
+                    chunks.append(job._events.popleft())  # type: ignore[arg-type]
+                event = merge_chunks(chunks)
             if caught_up:
                 self._wake_stepper()
             job._left_at = time.monotonic()
@@ -501,9 +520,13 @@ class Scheduler:
         and exit, released during the step)."""
         self._stepping = True
         self._mutex.release()
+        # Set and cleared outside the mutex: the caller holds `stepped_for`, so clearing never frees a job here (a
+        # job's `__del__` cancels it, which takes the mutex).
+        self._stepping_for = stepped_for
         try:
             progressed = self._turn_then_step()
         finally:
+            self._stepping_for = None
             self._mutex.acquire()
             self._stepping = False
             self._last_step_end = time.monotonic()
@@ -555,7 +578,7 @@ class Scheduler:
         finished job without follow-up has nothing to come back for."""
         if job.follow_up:
             return job.state.submissions > job.submission
-        return job.ended or (job in self._blocked and not job._events)
+        return job.ended or (job.reader_waits and not job._events)
 
     def _admitted(self, job: LlamaGeneration) -> None:
         """`job` got its slot, in the admission queue's order (model lock held; on whichever thread admitted it)."""
@@ -578,13 +601,25 @@ class Scheduler:
         job.push(error)
         job.finish()
 
-    def _plan(self) -> list[Row]:
-        """This step's rows (planning.plan_step: decode rows first, then prefill chunks in arrival order); a job
-        whose last token is taken has none."""
+    def _pending(self) -> tuple[dict[int, LlamaGeneration], list[Pending]]:
+        """The jobs that may take a row (not those whose last token is taken), by key, and what planning needs of
+        them."""
         jobs = {id(job): job for job in self._active if not job.last}
         pending = [
-            Pending(key, len(j.state.tokens) - j.state.n_kv, j.waiting_unread, j.state.n_kv) for key, j in jobs.items()
+            Pending(
+                key,
+                len(j.state.tokens) - j.state.n_kv,
+                j.waiting_unread,
+                j.state.n_kv,
+                j is self._stepping_for and len(j.state.tokens) - j.base <= 1,
+                not j.defers,
+            )
+            for key, j in jobs.items()
         ]
+        return jobs, pending
+
+    def _plan(self, jobs: dict[int, LlamaGeneration], pending: list[Pending]) -> list[Row]:
+        """This step's rows (planning.plan_step: decode rows first, then prefill chunks in arrival order)."""
         rows: list[Row] = []
         for planned in plan_step(pending, self.model.n_batch, self.model.chunk):
             state = jobs[planned.key].state
@@ -592,26 +627,145 @@ class Scheduler:
             rows.append(Row(jobs[planned.key], chunk, -1 if planned.samples else None))
         return rows
 
+    def _queued(self) -> bool:
+        """Work waits for the model: in its admission queue, or for its lock (a burst ends for it)."""
+        return bool(self._waiting) or self.model.admission.waiting > 0 or self.model.lock.contended
+
     def _step(self) -> bool:
-        """Admit, decode and sample once (model lock held); returns whether anything was admitted or decoded."""
+        """Admit, then decode and sample: one step, or several in a row (a burst) for as long as planning allows
+        (model lock held). Returns whether anything was admitted or decoded.
+
+        In a burst the readers are told of their events when it ends, all at once, except of a generation's first
+        event (the time to the first chunk waits for no burst); a burst ends when the reader running it has a first
+        token to take. Steps where every generation decodes one token run in `_burst`'s lean loop; steps with
+        prompt chunks are planned (`_plan`) each time."""
         self.attempts += 1
         admitted = self.model.admission.admit()
-        rows = self._plan()
-        if not rows:  # no decode to report under: the tokens taken last step are reported now
-            return self._report(self._taken()) or admitted
         if self.model.chunk is not None:
-            # Deterministic mode: several calls (planning.decode_calls), each sampled before the next call replaces
-            # the logits; tokens are reported as they are taken.
-            group = self.model.decoder.invariant_rows
-            decoded = 0
-            for call in decode_calls([(row.slot, len(row.tokens)) for row in rows], group):
-                decoded += self._decode_and_sample([rows[i] for i in call])
-                self._report(self._taken())
-        else:
-            decoded = self._decode_and_sample(rows)
+            return self._deterministic_step() or admitted
+        started = time.monotonic()
+        steps = 0
+        self._bursting = True
+        try:
+            while True:
+                jobs, pending = self._pending()
+                keys = plan_burst(pending, self.model.n_batch, self._queued())
+                if keys is not None:
+                    steps = self._burst(jobs, keys, started, steps)
+                else:
+                    rows = self._plan(jobs, pending)
+                    if not rows:  # no decode to report under: the tokens taken last step are reported now
+                        return self._report(self._taken()) or admitted or steps > 0
+                    self.rows += self._decode_and_sample(rows)
+                    self.steps += 1
+                    steps += 1
+                    own = self._stepping_for
+                    if own is not None and len(own.state.tokens) - own.base <= 1:
+                        return True  # its reader takes its first tokens at once
+                if not burst_continues(steps, time.monotonic() - started, self._queued()):
+                    return True
+        finally:
+            self._end_burst()
+
+    def _deterministic_step(self) -> bool:
+        """Deterministic mode: several calls (planning.decode_calls), each sampled before the next call replaces the
+        logits; tokens are reported as they are taken. No bursts: each step is planned."""
+        rows = self._plan(*self._pending())
+        if not rows:
+            return self._report(self._taken())
+        group = self.model.decoder.invariant_rows
+        decoded = 0
+        for call in decode_calls([(row.slot, len(row.tokens)) for row in rows], group):
+            decoded += self._decode_and_sample([rows[i] for i in call])
+            self._report(self._taken())
         self.steps += 1
         self.rows += decoded
-        return admitted or bool(decoded)
+        return bool(decoded)
+
+    def _burst(self, jobs: dict[int, LlamaGeneration], keys: list[int], started: float, steps: int) -> int:
+        """Steps of one-token rows, one after the other, while no job joins (new work ends the burst) or leaves
+        (by taking its last token, lagging too far or ending): after its first step only that is checked, and what
+        holds for the whole batch once (constraints, plain greedy rows) still holds. Returns the burst's steps so
+        far (`steps` before). This loop runs once per token of every stream: it is kept lean (measured by
+        bench/host_time.py)."""
+        batch = [jobs[key] for key in keys]
+        lean = all(job.constraint is None for job in batch)
+        greedy = lean and all(job.plain_greedy for job in batch)
+        admission, lock = self.model.admission, self.model.lock
+        while True:
+            if not lean or not self._lean_step(batch, greedy):
+                self.rows += self._decode_and_sample([Row(job, job.state.tokens[-1:], -1) for job in batch])
+            self.steps += 1
+            steps += 1
+            waiting = bool(self._waiting) or admission.waiting > 0 or lock.contended
+            if not burst_continues(steps, time.monotonic() - started, waiting):
+                return steps
+            if len(batch) == 1 and batch[0] is self._stepping_for:  # a lone reader's own stream may lag
+                if batch[0].ended or batch[0].last:
+                    return steps
+                continue
+            kept = [job for job in batch if not job.ended and not job.last and self._may_lag(job)]
+            if len(kept) < len(batch):
+                return steps  # planned again (`_step`): the batch changed
+            batch = kept
+
+    def _end_burst(self) -> None:
+        """Report what the burst deferred, and wake its readers (mutex), all at once."""
+        deferred, self._burst_report = list(self._burst_report), {}
+        self._report(deferred)  # one go over each job's tokens: cheaper than one report after every decode
+        self.readers = list(dict.fromkeys(self.readers))  # each reader once, however many events it got
+        with self._mutex:
+            self._bursting = False
+            for job in self._blocked:
+                if job._events:
+                    job._ready.notify()
+
+    def _may_lag(self, job: LlamaGeneration) -> bool:
+        """Whether `job` takes a further step of a burst. A reader waiting for its events (it runs the burst, or
+        waits in next(): it takes them all when the burst ends) holds its stream in it; a stream whose reader is
+        elsewhere stops at `LOOKAHEAD` events ahead, as without bursts."""
+        return job is self._stepping_for or not job.waiting_unread
+
+    def _lean_step(self, batch: list[LlamaGeneration], greedy: bool) -> bool:
+        """A burst's step where no row is constrained: decode every job's last token (reporting the last step's
+        tokens meanwhile with `overlap`), take each one's next token (`greedy`: every row plain greedy, all from one
+        argmax over the logits block). Without `overlap`, its tokens' text is reported at the burst's end, or at
+        once for jobs with stop strings. False when the KV cache had no room: nothing was decoded (the caller takes
+        the general path, which shrinks the batch)."""
+        model = self.model
+        states = [job.state for job in batch]
+        if self.overlap:
+            wait = model.start_next(states, True)
+            ended = [job for job in self._taken() if not job.ended and job.report()]
+            decoded = wait()
+            for job in ended:  # a stop found in its report: its row was decoded for nothing (`finish` rewinds it)
+                self._active.remove(job)
+                job.finish()
+            if ended:
+                greedy = False  # rows of ended jobs are skipped
+        else:
+            decoded = model.start_next(states)()
+        if not decoded:
+            return False
+        if greedy:
+            for job, token in zip(batch, model.decoder.argmax_rows(range(len(batch))), strict=True):
+                job.take(token, None)
+        else:
+            for row, job in enumerate(batch):
+                if not job.ended:
+                    job.take(*model.sample_row(job, row, None))
+        for job in batch:
+            if job.ended:
+                continue
+            if self.overlap and job.text.token_ids:
+                self._to_report.append(job)
+            elif not job.params.stop and job.text.token_ids:
+                self._burst_report[job] = None
+            elif job.report():
+                self._active.remove(job)
+                job.finish()
+        self.rows += len(batch)
+        return True
 
     def _taken(self) -> list[LlamaGeneration]:
         taken, self._to_report = self._to_report, []
@@ -669,6 +823,8 @@ class Scheduler:
                 job.take(token, None)
             if self.overlap and job.text.token_ids:
                 self._to_report.append(job)
+            elif self._bursting and not job.params.stop and job.text.token_ids:  # as in `_lean_step`
+                self._burst_report[job] = None
             else:
                 self._report([job])
         return len(rows)

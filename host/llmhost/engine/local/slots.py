@@ -8,10 +8,10 @@ saving its KV state to host memory, restored on next use), or the leftover of a 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 from llmhost.engine.local.decoder import Decoder
+from llmhost.engine.local.model_lock import ModelLock
 from llmhost.engine.local.planning import reusable_prefix
 from llmhost.engine.local.sequence_state import SeqState
 
@@ -31,7 +31,7 @@ class SlotPool:
         self,
         kv: Decoder,
         count: int,
-        lock: threading.RLock,
+        lock: ModelLock,
         name: str,
         on_free: Callable[[], None] = lambda: None,
         chunk: int | None = None,
