@@ -26,10 +26,10 @@ from llmhost.domain.types import (
 )
 from llmhost.engine.base import Models, collect
 from llmhost.engine.chat_template import choose_template
+from llmhost.engine.local.job import LlamaGeneration
 from llmhost.engine.local.llama_decoder import LlamaDecoder, llama_lib
 from llmhost.engine.local.model import EngineModel
 from llmhost.engine.local.models import resolve_model_path
-from llmhost.engine.local.scheduler import LlamaGeneration
 from llmhost.engine.local.sequence import LlamaSequence
 from llmhost.engine.local.sequence_state import SeqState
 from llmhost.engine.observer import NO_OBSERVER, ModelObserver, Observers, no_observers

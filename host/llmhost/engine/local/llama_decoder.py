@@ -13,7 +13,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,9 +43,6 @@ _TEXT_PIECE_VOCABS = (1, 2, 5)
 _ROW_EXACT_TYPES = frozenset({2, 3, 6, 8})  # enum ggml_type
 _TILED_TYPES = frozenset({10, 11, 12, 13, 14, 16, 17, 18, 19, 21, 22, 23, 29})
 _CPU_TILED_MIN_ROWS = 8
-# Logits blocks of at least this many floats (4 MB) are read by two threads in `argmax_rows`: below it, handing
-# half over costs more than it saves.
-PARALLEL_ARGMAX_MIN = 1 << 20
 _GGML_LOG_ERROR = 4  # ggml_log_level in this llama.cpp: none 0, debug 1, info 2, warn 3, error 4, cont 5
 
 
@@ -373,7 +369,6 @@ class LlamaDecoder(LlamaVocabCalls):
         self._output_row: dict[int, int] = {}  # batch index -> its row in the logits block
         self._block: Any = None  # numpy view of the last decode's logits rows (read lazily: see `_logits_block`)
         self._views: dict[tuple[int, int], Any] = {}  # (address, rows) -> a view of llama.cpp's logits buffer
-        self._argmax_pool: ThreadPoolExecutor | None = None
 
     # --- decoding ----------------------------------------------------------------------------------------
     def decode(self, rows: Sequence[BatchRow], logits_at: set[int]) -> int:
@@ -419,16 +414,9 @@ class LlamaDecoder(LlamaVocabCalls):
     def argmax_rows(self, rows: Sequence[int]) -> list[int]:
         if list(rows) != self._outputs:
             return [int(self.logits(row).argmax()) for row in rows]
-        # Every output row, in order: one argmax over the block, in two halves on two threads when the block is
-        # large (numpy releases the GIL; 32 rows of a 262k vocabulary are 32 MB to read between two decodes).
-        block = self._logits_block()
-        if block.size < PARALLEL_ARGMAX_MIN:
-            return block.argmax(1).tolist()
-        if self._argmax_pool is None:
-            self._argmax_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmhost-argmax")
-        half = len(block) // 2
-        second = self._argmax_pool.submit(block[half:].argmax, 1)
-        return block[:half].argmax(1).tolist() + second.result().tolist()
+        # Every output row, in order: one argmax over the block. (Two threads, each on half the rows, were no faster
+        # in bench/gpu_speed.py's 32 streams: the rows are read at the memory's speed either way.)
+        return self._logits_block().argmax(1).tolist()
 
     def new_sampler(self, params: InferencingParams) -> Sampler:
         """numpy on the logits row where it covers the params (host_sampler.py: ~20 µs for greedy against
@@ -588,10 +576,6 @@ class LlamaDecoder(LlamaVocabCalls):
 
     def close(self) -> None:
         lib = self.lib
-        pool = getattr(self, "_argmax_pool", None)  # an embeddings-only model never made one
-        if pool is not None:
-            pool.shutdown(wait=True)
-            self._argmax_pool = None
         if self._embed_ctx:
             assert self._embed_fields is not None
             self._embed_fields.close()

@@ -32,16 +32,17 @@ from llmhost.engine.admission import AdmissionQueue
 from llmhost.engine.local import compute
 from llmhost.engine.local.constraint_mask import TokenConstraint
 from llmhost.engine.local.decoder import BatchRow, Decoder
+from llmhost.engine.local.job import Row
 from llmhost.engine.local.model_lock import ModelLock
 from llmhost.engine.local.planning import aligned_after, row_length
-from llmhost.engine.local.scheduler import Row, Scheduler
+from llmhost.engine.local.scheduler import Scheduler
 from llmhost.engine.local.sequence_state import SeqState
 from llmhost.engine.local.slots import SlotPool
 from llmhost.engine.observer import NO_OBSERVER, ModelGauges, ModelObserver
 from llmhost.engine.text import attribute_text
 
 if TYPE_CHECKING:
-    from llmhost.engine.local.scheduler import LlamaGeneration
+    from llmhost.engine.local.job import LlamaGeneration
 
 
 class EngineModel:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from llmhost.domain.types import FinishReason, InferencingParams, StreamDone, TopLogprob
-from llmhost.engine.local.scheduler import LlamaGeneration, LlamaModel
+from llmhost.engine.local.job import LlamaGeneration, LlamaModel
 from llmhost.engine.local.sequence_state import SeqState
 
 _ONE_STEP = InferencingParams(max_tokens=1)

@@ -22,9 +22,9 @@ from llmhost.domain.types import (
 )
 from llmhost.engine.base import UNBOUNDED, Bounds, TokenSequence, collect
 from llmhost.engine.local import search
+from llmhost.engine.local.job import LlamaGeneration
 from llmhost.engine.local.next_token import NextTokenRead
 from llmhost.engine.local.planning import eager_target
-from llmhost.engine.local.scheduler import LlamaGeneration
 from llmhost.engine.local.sequence_state import SeqState
 from llmhost.engine.text import attribute_text
 
