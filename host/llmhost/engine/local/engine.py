@@ -128,7 +128,9 @@ class LlamaCppEngine:
         return LlamaSequence(m)
 
     def infer(self, model: str, prompt: str, params: InferencingParams) -> InferenceResult:
-        return collect(self.stream(model, prompt, params))
+        generation = self.stream(model, prompt, params)
+        generation.streamed = False  # read whole: its first tokens need not end a burst
+        return collect(generation)
 
     def chat_template(self, model: str) -> TemplateInfo:
         m = self.model(model)

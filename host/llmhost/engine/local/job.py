@@ -132,6 +132,9 @@ class LlamaGeneration:
         self._is_eog = model.is_eog
         self.reader_waits = False  # its reader waits in next() (the scheduler's mutex guards it)
         self.pushed = 0  # events pushed so far
+        # Its reader reads it as a stream (a reader that collects the whole result clears it): the first tokens
+        # then end the burst that took them, so the first chunks come at once.
+        self.streamed = True
         self.eog = False  # the last reported token ended the generation
         # Tokens in the sequence whose text is not accounted for yet (`take`, then `report`): (token, its logprob
         # entry, end-of-generation, context full after it, the constraint's language ended with it).

@@ -304,7 +304,7 @@ class Scheduler:
                 len(j.state.tokens) - j.state.n_kv,
                 j.waiting_unread,
                 j.state.n_kv,
-                j is self._stepping_for and len(j.state.tokens) - j.base <= 1,
+                j is self._stepping_for and j.streamed and len(j.state.tokens) - j.base <= 1,
                 not j.defers,
             )
             for key, j in jobs.items()
@@ -350,7 +350,7 @@ class Scheduler:
                     self._planned_step(rows)
                     steps += 1
                     own = self._stepping_for
-                    if own is not None and len(own.state.tokens) - own.base <= 1:
+                    if own is not None and own.streamed and len(own.state.tokens) - own.base <= 1:
                         return True  # its reader takes its first tokens at once
                 if not burst_continues(steps, time.monotonic() - started, self._queued()):
                     return True
