@@ -51,6 +51,9 @@ def test_a_burst_goes_on_within_its_steps_and_time_while_nothing_waits() -> None
     assert not burst_continues(BURST_STEPS, 0.0, False)
     assert not burst_continues(1, BURST_S, False)
     assert not burst_continues(1, 0.0, True)  # new work waits: it is admitted by the next planned step
+    # A lone generation read whole by the thread running the burst (`infer`): only new work ends it.
+    assert burst_continues(BURST_STEPS * 4, BURST_S * 4, False, read_whole=True)
+    assert not burst_continues(1, 0.0, True, read_whole=True)
 
 
 @pytest.mark.parametrize("overlap", [False, True])
@@ -118,4 +121,20 @@ def test_an_unread_stream_still_stops_at_lookahead() -> None:
     time.sleep(0.3)  # the background thread reads ahead (in bursts once the stream is past its first tokens)
     assert stream.buffered == LOOKAHEAD  # type: ignore[attr-defined]
     stream.close()
+    eng.close()
+
+
+def test_a_generation_read_whole_runs_in_one_burst_to_its_end() -> None:
+    eng, decoder = engine(n_ctx=160)
+    scheduler = eng.model(MODEL).scheduler  # type: ignore[attr-defined]
+    params = GREEDY.model_copy(update={"max_tokens": 100})
+    before = scheduler.attempts
+    result = eng.infer(MODEL, "Hello", params)
+    expected = greedy_reference(decoder, decoder.tokenize("Hello", True), 100)
+    assert result.usage.generated_token_count == len(expected)
+    # The prompt's step, then one burst past BURST_STEPS to the end (a stream's reader would come back every burst).
+    assert len(expected) > 2 * BURST_STEPS and scheduler.attempts - before <= 3
+    streamed_before = scheduler.attempts
+    list(eng.stream(MODEL, "Hello", params))
+    assert scheduler.attempts - streamed_before >= len(expected) // BURST_STEPS
     eng.close()

@@ -62,9 +62,11 @@ def plan_burst(jobs: Sequence[Pending], budget: int, waiting: bool) -> list[int]
     return keys if 0 < len(keys) <= budget else None
 
 
-def burst_continues(steps: int, elapsed_s: float, waiting: bool) -> bool:
-    """Whether a burst that ran `steps` steps in `elapsed_s` takes another (for the generations still in it)."""
-    return not waiting and steps < BURST_STEPS and elapsed_s < BURST_S
+def burst_continues(steps: int, elapsed_s: float, waiting: bool, read_whole: bool = False) -> bool:
+    """Whether a burst that ran `steps` steps in `elapsed_s` takes another (for the generations still in it).
+    `read_whole`: its only generation is read whole by the thread running it (`infer`): no reader waits for its
+    chunks, so only new work ends the burst."""
+    return not waiting and (read_whole or (steps < BURST_STEPS and elapsed_s < BURST_S))
 
 
 @dataclass(frozen=True)

@@ -352,7 +352,9 @@ class Scheduler:
                     own = self._stepping_for
                     if own is not None and own.streamed and len(own.state.tokens) - own.base <= 1:
                         return True  # its reader takes its first tokens at once
-                if not burst_continues(steps, time.monotonic() - started, self._queued()):
+                own = self._stepping_for
+                read_whole = own is not None and not own.streamed and len(self._active) == 1 and own in self._active
+                if not burst_continues(steps, time.monotonic() - started, self._queued(), read_whole):
                     return True
         finally:
             self._end_burst()
@@ -387,9 +389,11 @@ class Scheduler:
             self.steps += 1
             steps += 1
             waiting = bool(self._waiting) or admission.waiting > 0 or lock.contended
-            if not burst_continues(steps, time.monotonic() - started, waiting):
+            own = len(batch) == 1 and batch[0] is self._stepping_for  # a lone reader's own stream: it may lag
+            read_whole = own and not batch[0].streamed and len(self._active) == 1  # nobody else's reader waits
+            if not burst_continues(steps, time.monotonic() - started, waiting, read_whole):
                 return steps
-            if len(batch) == 1 and batch[0] is self._stepping_for:  # a lone reader's own stream may lag
+            if own:
                 if batch[0].ended or batch[0].last:
                     return steps
                 continue
