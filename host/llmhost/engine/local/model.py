@@ -200,31 +200,14 @@ class EngineModel:
         once) says whether it was decoded: False when the KV cache had no room, and nothing was (the planned path
         shrinks the batch). With `overlap` the decode runs on the compute thread and the caller works on meanwhile,
         as with `start_rows`."""
-        batch = [(state.slot, state.n_kv, state.tokens[-1:]) for state in states]
         rows = self._all_rows.get(len(states))
         if rows is None:
             rows = self._all_rows[len(states)] = set(range(len(states)))
-        if self.record_decode_threads:
-            self.decode_threads.append(threading.get_ident())
-        started = time.perf_counter()
-        self.decoding = True
-        try:
-            if overlap:
-                waiting = compute.start(self.decoder.decode, batch, rows)
-            else:
-                rc = self.decoder.decode(batch, rows)  # type: ignore[arg-type]
-                waiting = lambda: rc  # noqa: E731
-        except BaseException:
-            self.decoding = False
-            raise
+        waiting = self._start_decode([(state, state.tokens[-1:]) for state in states], rows, overlap)
 
         def wait() -> bool:
-            try:
-                if waiting() != 0:
-                    return False
-            finally:
-                self.decoding = False
-                self.decode_seconds += time.perf_counter() - started
+            if waiting() != 0:
+                return False
             for state in states:
                 state.n_kv += 1
                 state.evaluated += 1
