@@ -75,8 +75,8 @@ EMBEDDING_SEQUENCES = 64
 # Between two decode calls of an embeddings call, while generations wait for a step: how long the call waits for
 # one step to run (a lock released and taken back at once is rarely taken by the thread waiting for it).
 EMBEDDING_YIELD_S = 0.5
-# And while generations wait, its decode calls hold at most this many tokens (a text longer goes alone), so a
-# stream sharing the model gets a token every short call rather than every `batch-size` one.
+# And while generations share the model (waiting or active), its decode calls hold at most this many tokens (a text
+# longer goes alone), so a stream sharing the model gets its tokens every short call, not every `batch-size` one.
 EMBEDDING_SHARED_TOKENS = 64
 # Beam search: beams kept per step, tokens per beam, the length-normalisation exponent.
 MAX_BEAM_WIDTH = 16

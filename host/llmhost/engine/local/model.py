@@ -357,7 +357,7 @@ class EngineModel:
                 check()
 
         try:
-            return embed(texts, self.lock, between, self.scheduler.wants_step)
+            return embed(texts, self.lock, between, self.scheduler.generating)
         finally:
             with self.lock:
                 self._embedding = False

@@ -196,6 +196,11 @@ class Scheduler:
         """Whether generations wait for a decode step (other work under the model lock yields to them)."""
         return self._runnable()
 
+    def generating(self) -> bool:
+        """Whether generations share the model (waiting or active, even between two of their steps): other work
+        under the model lock takes small turns while they do."""
+        return bool(self._waiting or self._active)
+
     def _runnable(self) -> bool:
         return bool(self._waiting or self._to_report) or any(not j.waiting_unread for j in self._active)
 
