@@ -123,25 +123,47 @@ class SimClock:
         return Reading(*_MIRROR.unpack(data)) if len(data) == _MIRROR.size else Reading(0.0, 0, 0)
 
 
-def _prime(decoder: Any) -> None:
+def _prime(decoder: Any) -> list[int]:
     """One real decode of PRIMING_ROWS tokens, logits at every row, then drop its cells: the context's output
-    buffer keeps PRIMING_ROWS real rows of the real vocabulary for the simulated steps to read."""
+    buffer keeps PRIMING_ROWS real rows of the real vocabulary for the simulated steps to read. Returns each row's
+    greedy token (what the graph's sampler finds in it, with backend sampling)."""
     import numpy as np
 
     tokens = decoder.tokenize(PRIMING_TEXT)[:PRIMING_ROWS]
     assert len(tokens) == PRIMING_ROWS and decoder.n_batch >= PRIMING_ROWS, (len(tokens), decoder.n_batch)
     decoder.decode([(0, 0, tokens)], set(range(PRIMING_ROWS)))
     decoder.seq_rm(0, 0)
-    ends = [i for i in range(PRIMING_ROWS) if decoder.is_eog(int(np.argmax(decoder.logits(i))))]
+    greedy = [int(np.argmax(decoder.logits(i))) for i in range(PRIMING_ROWS)]
+    ends = [i for i, token in enumerate(greedy) if decoder.is_eog(token)]
     if ends:  # a greedy run reading one of these rows would stop early
         raise RuntimeError(f"{decoder.name}: priming rows {ends} end the generation; change PRIMING_TEXT")
+    return greedy
 
 
-def _simulated_lib(real: Any, clock: SimClock, step: Callable[[int], float]) -> Any:
+def _simulated_lib(real: Any, clock: SimClock, step: Callable[[int], float], greedy: list[int]) -> Any:
     """The llama_cpp module with `llama_decode` replaced by a wait. A module copy, not a `__getattr__` proxy: the
-    other calls are looked up as fast as on the real module, so the proxy adds no host time of its own."""
+    other calls are looked up as fast as on the real module, so the proxy adds no host time of its own.
+
+    Backend sampling (engine/local/backend_greedy.py) is simulated with it: the graph's greedy sampler is part of
+    the decode, so `llama_get_sampled_token_ith` gives the greedy token of the primed row an output reads, for
+    outputs of sequences with a sampler attached (attaching runs for real as well), and -1 for the others."""
+    bound: set[int] = set()
+    last: list[Any] = [None]  # the last decode's batch
+
+    def llama_set_sampler(ctx: Any, seq: int, sampler: Any) -> bool:
+        attached = bool(real.llama_set_sampler(ctx, seq, sampler))
+        if sampler is not None and attached:
+            bound.add(seq)
+        else:
+            bound.discard(seq)
+        return attached
+
+    def llama_get_sampled_token_ith(ctx: Any, i: int) -> int:
+        batch = last[0]
+        return greedy[i] if batch is not None and batch.seq_id[i][0] in bound else -1
 
     def llama_decode(ctx: Any, batch: Any) -> int:
+        last[0] = batch
         n = int(batch.n_tokens)
         if n > PRIMING_ROWS:  # prefill: waits like one, but its logits rows must exist
             beyond = [i for i in range(PRIMING_ROWS, n) if batch.logits[i]]
@@ -155,6 +177,8 @@ def _simulated_lib(real: Any, clock: SimClock, step: Callable[[int], float]) -> 
     proxy = types.ModuleType(real.__name__)
     proxy.__dict__.update(vars(real))
     proxy.llama_decode = llama_decode  # type: ignore[attr-defined]
+    proxy.llama_set_sampler = llama_set_sampler  # type: ignore[attr-defined]
+    proxy.llama_get_sampled_token_ith = llama_get_sampled_token_ith  # type: ignore[attr-defined]
     return proxy
 
 
@@ -168,8 +192,7 @@ def simulate(step: Callable[[int], float] = step_seconds, mirror: Path | None = 
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        _prime(self)
-        self.lib = _simulated_lib(self.lib, clock, step)
+        self.lib = _simulated_lib(self.lib, clock, step, _prime(self))
 
     LlamaDecoder.__init__ = __init__
     return clock
@@ -281,6 +304,7 @@ def model_config(threads: int, n_gpu_layers: int) -> ModelConfig:
         context_length=1024,
         batch_size=BATCH,
         prefix_cache=False,
+        backend_sampling=True,  # its default on a GPU build (a CPU-only build's default is off)
     )
 
 
@@ -401,8 +425,8 @@ def measure_http(
         config, clock = Path(work) / "serve.toml", Path(work) / "clock"
         config.write_text(
             f"[models.{model}]\nslots = 32\ncontext-length = 1024\nbatch-size = {BATCH}\nthreads = {threads}\n"
-            f"n-gpu-layers = {n_gpu_layers}\nprefix-cache = false\n\n[limits]\nmax-tokens = {TOKENS}\n"
-            "deadline-s = 600\n"
+            f"n-gpu-layers = {n_gpu_layers}\nprefix-cache = false\nbackend-sampling = true\n\n[limits]\n"
+            f"max-tokens = {TOKENS}\ndeadline-s = 600\n"
         )
         process, port = start_simulated_server(wasm, cache_dir, config, clock)
         try:

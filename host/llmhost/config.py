@@ -38,6 +38,10 @@ class ModelConfig(_Section):
     path: Path | None = None
     context_length: int = Field(DEFAULT_CONTEXT_LENGTH, ge=16)
     n_gpu_layers: int = Field(0, ge=-1)  # -1 offloads every layer (CUDA build needed)
+    # Greedy generations' tokens chosen inside llama.cpp's compute graph (on the GPU: only the token id comes
+    # back, and no logits where every row of a step is greedy). None: on where layers are offloaded to a GPU; on
+    # the CPU the graph's argmax is slower than the host's (engine/local/backend_greedy.py).
+    backend_sampling: bool | None = None
     threads: int = Field(DEFAULT_THREADS, ge=1)
     batch_size: int = Field(DEFAULT_BATCH_SIZE, ge=1)
     slots: int = Field(4, ge=1, le=64)  # sequences decoded together / resident in the KV cache at once

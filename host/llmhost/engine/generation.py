@@ -82,14 +82,15 @@ class GenerationText:
         if self.finish_reason is not None:
             raise RuntimeError("token after the generation finished")
         self.token_ids.append(token_id)
-        self._unreported.append(token_id)
-        if logprob is not None:  # parallel to the ids a chunk reports
-            self._unreported_logprobs.append(logprob)
         if end_of_generation:
-            # The end-of-generation token's own text (e.g. "<end_of_turn>") is never part of the output.
+            # The end-of-generation token's own text (e.g. "<end_of_turn>") is never part of the output, nor is
+            # its id part of a chunk's (whether it is reported alone or with the tokens before it).
             self.token_text_end.append(self.text_len)
             self.token_complete.append(not self._utf8.pending())
             return self._finish_text(FinishReason.STOP)
+        self._unreported.append(token_id)
+        if logprob is not None:  # parallel to the ids a chunk reports
+            self._unreported_logprobs.append(logprob)
         decoded = self._utf8.push(piece)
         self.text_len += len(decoded)
         self.token_text_end.append(self.text_len)

@@ -142,8 +142,9 @@ def check_chunks(case: Case, gen: GenerationText, chunks: list[tuple[int, Stream
     for i, chunk in chunks:
         assert chunk.text  # no empty chunks
         assert chunk.text.encode().decode() == chunk.text  # whole characters only
-        # Each chunk carries exactly the tokens fed since the previous chunk, in order, and the running usage.
-        assert list(chunk.token_ids) == fed[previous + 1 : i + 1]
+        # Each chunk carries exactly the tokens fed since the previous chunk, in order (but the end-of-generation
+        # token, whose text is never output: however the tokens are grouped), and the running usage.
+        assert list(chunk.token_ids) == [t for t in fed[previous + 1 : i + 1] if t != EOG_ID]
         assert chunk.usage.prompt_token_count == PROMPT_TOKENS
         assert chunk.usage.generated_token_count == i + 1
         previous = i

@@ -222,6 +222,7 @@ class LlamaGeneration:
         model, state = self.model, self.state
         self.sampler = model.decoder.new_sampler(self.params)
         self._plain_greedy = not self.logprobs and bool(getattr(self.sampler, "plain_greedy", False))
+        state.greedy = self.plain_greedy
         for tok in state.tokens[-max(1, penalty_window(self.params, model.n_ctx)) :]:
             self.sampler.accept(tok)  # the penalty window includes the prompt
         model.unevaluate_last(state)
@@ -302,6 +303,7 @@ class LlamaGeneration:
             return
         self.ended = True
         state = self.state
+        state.greedy = False
         if self.reports_usage and self.sampler is not None:  # it was admitted (one refused never ran)
             usage = self.text.usage
             self.model.observer.generation_done(usage.prompt_token_count, usage.generated_token_count)

@@ -21,6 +21,7 @@ from llmhost.domain.errors import EngineError, InvalidInput
 from llmhost.domain.limits import EMBEDDING_SEQUENCES, EMBEDDING_SHARED_TOKENS, MAX_BYTES_PER_TOKEN
 from llmhost.domain.types import EmbeddingInput, EmbeddingsResult, InferencingParams, check_text_length
 from llmhost.engine.local import compute
+from llmhost.engine.local.backend_greedy import LLAMA_TOKEN_NULL, GreedyChains
 from llmhost.engine.local.decoder import BatchRow, Sampler
 from llmhost.engine.local.embedding import choose_pooling, combine, next_group
 from llmhost.engine.local.gguf import GgufError, matrix_types
@@ -315,6 +316,7 @@ class LlamaDecoder(LlamaVocabCalls):
         self._embed_ctx: Any = None
         self._embed_fields: _BatchFields | None = None
         self._embed_batch: Any = None
+        self.greedy_chains: GreedyChains | None = None
         if self.embeddings_only:  # no generation: no generation context, slots or KV cache
             self.ctx = None
             self.invariant_rows = 1
@@ -355,6 +357,11 @@ class LlamaDecoder(LlamaVocabCalls):
                 f"(lower `models.{name}.context-length` or `models.{name}.slots`)"
             )
         self.memory = lib.llama_get_memory(self.ctx)
+        backend_sampling = config.backend_sampling
+        if backend_sampling is None:
+            backend_sampling = config.n_gpu_layers != 0 and bool(lib.llama_supports_gpu_offload())
+        if backend_sampling:
+            self.greedy_chains = GreedyChains(config.slots)
         self.batch = lib.llama_batch_init(self.n_batch, 0, 1)
         self._fields = _BatchFields(self.batch, self.n_batch)
         import numpy as np
@@ -379,6 +386,8 @@ class LlamaDecoder(LlamaVocabCalls):
             self._outputs = outputs
             self._output_row = {index: row for row, index in enumerate(outputs)}
         self._block = None
+        if self.greedy_chains is not None:
+            self.greedy_chains.before_decode(self.lib, self.ctx, rows, logits_at)
         rc = int(compute.run(self.lib.llama_decode, self.ctx, batch))
         if rc not in (0, 1):
             raise EngineError(f"llama_decode failed with code {rc} (context of {self.n_ctx} tokens per sequence)")
@@ -412,6 +421,14 @@ class LlamaDecoder(LlamaVocabCalls):
         return self._logits_block()[row]
 
     def argmax_rows(self, rows: Sequence[int]) -> list[int]:
+        chains = self.greedy_chains
+        if chains is not None and chains.bound:  # chosen in the graph (a row it did not sample: from its logits)
+            sampled = self.lib.llama_get_sampled_token_ith
+            tokens = [int(sampled(self.ctx, row)) for row in rows]
+            if LLAMA_TOKEN_NULL not in tokens:
+                return tokens
+            pairs = zip(tokens, rows, strict=True)
+            return [int(self.logits(row).argmax()) if token == LLAMA_TOKEN_NULL else token for token, row in pairs]
         if list(rows) != self._outputs:
             return [int(self.logits(row).argmax()) for row in rows]
         # Every output row, in order: one argmax over the block. (Two threads, each on half the rows, were no faster
@@ -587,6 +604,8 @@ class LlamaDecoder(LlamaVocabCalls):
             lib.llama_batch_free(self.batch)
             lib.llama_free(self.ctx)
             self.ctx = None
+            if self.greedy_chains is not None:
+                self.greedy_chains.close(lib)
         if self.model:
             lib.llama_model_free(self.model)
             self.model = None

@@ -30,6 +30,7 @@ from llmhost.domain.types import (
 )
 from llmhost.engine.admission import AdmissionQueue
 from llmhost.engine.local import compute
+from llmhost.engine.local.backend_greedy import GreedyChains
 from llmhost.engine.local.constraint_mask import TokenConstraint
 from llmhost.engine.local.decoder import BatchRow, Decoder
 from llmhost.engine.local.job import Row
@@ -55,6 +56,8 @@ class EngineModel:
         self.n_vocab = decoder.n_vocab
         self.n_ctx = decoder.n_ctx  # the window of one sequence
         self.n_batch = decoder.n_batch
+        # Backend sampling (llama_decoder, backend_greedy.py): plain greedy tokens are chosen in the compute graph.
+        self.greedy_chains: GreedyChains | None = getattr(decoder, "greedy_chains", None)
         # An embedding-only model (a non-causal GGUF, or `embeddings-only = true`) refuses every generation.
         self.embeddings_only = bool(getattr(decoder, "embeddings_only", config.embeddings_only))
         # Deterministic mode's row alignment (planning.py); None: rows are cut by the batch budget alone.
@@ -229,6 +232,8 @@ class EngineModel:
         for state, tokens in plan:
             assert state.slot is not None
             batch.append((state.slot, state.n_kv, tokens))
+        if self.greedy_chains is not None:  # which sequences' tokens the graph may choose (backend_greedy.py)
+            self.greedy_chains.greedy = {state.slot for state, _ in plan if state.greedy and state.slot is not None}
         if self.record_decode_threads:
             self.decode_threads.append(threading.get_ident())
         started = time.perf_counter()
@@ -297,6 +302,8 @@ class EngineModel:
         """Sample `job`'s next token from output `row`: log-probabilities from the raw logits, then the
         constraint's mask, then the sampler chain. Returns (token, its raw logprob, its logprob entry)."""
         if not job.logprobs and job.constraint is None:
+            if self.greedy_chains is not None and job.plain_greedy:  # its logits may not have come back
+                return self.decoder.argmax_rows([row])[0], None, None
             return job.sampler.sample(row), None, None
         logits = self.decoder.logits(row)
         lse = 0.0

@@ -25,6 +25,7 @@ class SeqState:
     slot: int | None = None
     saved: bytes | None = None  # the slot's KV state in host memory while swapped out
     busy: bool = False  # a generation runs on it: never swapped out
+    greedy: bool = False  # the generation on it takes plain greedy tokens (backend sampling may choose them)
     cached: bool = False  # the leftover of a finished one-off request: only a prompt-prefix cache
     reused: int = 0  # prompt tokens taken from a cached prefix instead of being evaluated
     evaluated: int = 0  # tokens run through the model for this sequence (prefill and decode)
