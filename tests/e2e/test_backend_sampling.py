@@ -95,10 +95,10 @@ def test_rows_that_read_logits_share_steps_and_sequences_with_graph_sampled_ones
     for order in (jobs, jobs[::-1]):
         results: dict[int, tuple[tuple[int, ...], tuple[Any, ...]]] = {}
 
-        def go(i: int, prompt: str, params: InferencingParams) -> None:
-            results[i] = run(hosts["backend"], model, prompt, params)
+        def go(out: dict[int, Any], i: int, prompt: str, params: InferencingParams) -> None:
+            out[i] = run(hosts["backend"], model, prompt, params)
 
-        threads = [threading.Thread(target=go, args=(jobs.index(job), *job)) for job in order]
+        threads = [threading.Thread(target=go, args=(results, jobs.index(job), *job)) for job in order]
         for thread in threads:
             thread.start()
         for thread in threads:

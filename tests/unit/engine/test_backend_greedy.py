@@ -16,8 +16,7 @@ SEQS = st.integers(min_value=0, max_value=5)
 @st.composite
 def decode_calls(draw: Any) -> tuple[list[tuple[int, int, list[int]]], set[int], set[int], set[int]]:
     rows = [
-        (draw(SEQS), draw(st.integers(0, 100)), [0] * draw(st.integers(1, 4)))
-        for _ in range(draw(st.integers(1, 5)))
+        (draw(SEQS), draw(st.integers(0, 100)), [0] * draw(st.integers(1, 4))) for _ in range(draw(st.integers(1, 5)))
     ]
     n = sum(len(tokens) for _, _, tokens in rows)
     logits_at = draw(st.sets(st.integers(0, n - 1)))
