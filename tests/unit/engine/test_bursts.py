@@ -50,7 +50,7 @@ def test_a_burst_goes_on_within_its_steps_and_time_while_nothing_waits() -> None
     assert burst_continues(BURST_STEPS - 1, BURST_S / 2, False)
     assert not burst_continues(BURST_STEPS, 0.0, False)
     assert not burst_continues(1, BURST_S, False)
-    assert not burst_continues(1, 0.0, True)  # new work waits: it is admitted by the next planned step
+    assert not burst_continues(1, 0.0, True)  # a thread waits for the model lock
     # A lone generation read whole by the thread running the burst (`infer`): only new work ends it.
     assert burst_continues(BURST_STEPS * 4, BURST_S * 4, False, read_whole=True)
     assert not burst_continues(1, 0.0, True, read_whole=True)
@@ -137,4 +137,35 @@ def test_a_generation_read_whole_runs_in_one_burst_to_its_end() -> None:
     streamed_before = scheduler.attempts
     list(eng.stream(MODEL, "Hello", params))
     assert scheduler.attempts - streamed_before >= len(expected) // BURST_STEPS
+    eng.close()
+
+
+def test_work_waiting_for_a_slot_does_not_end_bursts() -> None:
+    """More streams than slots (a loaded server): the one waiting for a slot cannot be admitted until a stream
+    ends, so it must not end every burst after one step (nothing would free a slot sooner)."""
+    eng, decoder = engine(slots=2, n_ctx=96)
+    model = eng.model(MODEL)  # type: ignore[attr-defined]
+    scheduler = model.scheduler
+    params = GREEDY.model_copy(update={"max_tokens": 60})
+    first, second = eng.stream(MODEL, "Hello", params), eng.stream(MODEL, "Hi there", params)
+    heads = [next(first), next(second)]
+    assert all(isinstance(head, StreamChunk) for head in heads)
+    third_text: list[str] = []
+    reader = threading.Thread(target=lambda: third_text.extend(e.text for e in third if isinstance(e, StreamChunk)))
+    third = eng.stream(MODEL, "Good morning", params)
+    reader.start()
+    deadline = time.monotonic() + 5
+    while model.admission.waiting < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert model.admission.waiting == 1  # every slot is busy: the third stream waits for one
+    steps, attempts = scheduler.steps, scheduler.attempts
+    first_text = heads[0].text + "".join(e.text for e in first if isinstance(e, StreamChunk))  # type: ignore[union-attr]
+    assert scheduler.steps - steps >= 2 * BURST_STEPS  # the first stream ran on (the queued one still waits)...
+    assert scheduler.attempts - attempts <= (scheduler.steps - steps) // 4  # ...in bursts, not step by step
+    rest = [heads[1].text + "".join(e.text for e in second if isinstance(e, StreamChunk))]  # type: ignore[union-attr]
+    reader.join(timeout=10)
+    rest.append("".join(third_text))
+    alone = [eng.infer(MODEL, p, params).text for p in ("Hello", "Hi there", "Good morning")]
+    assert [first_text, *rest] == alone
+    assert decoder.violations == []
     eng.close()

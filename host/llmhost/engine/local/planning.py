@@ -48,8 +48,9 @@ class Pending:
 
 def plan_burst(jobs: Sequence[Pending], budget: int, waiting: bool) -> list[int] | None:
     """The keys of the generations a burst starting now decodes; None when the step must not start one (it is
-    planned by `plan_step`): work waits for admission, some generation is in prefill, fresh or reads its own
-    logits, or the rows would not fit the budget. Stalled generations take no row, as in `plan_step`."""
+    planned by `plan_step`): work is `waiting` for the model (the caller admitted what it could first), some
+    generation is in prefill, fresh or reads its own logits, or the rows would not fit the budget. Stalled
+    generations take no row, as in `plan_step`."""
     if waiting:
         return None
     keys: list[int] = []

@@ -325,9 +325,14 @@ class Scheduler:
             rows.append(Row(jobs[planned.key], chunk, -1 if planned.samples else None))
         return rows
 
-    def _queued(self) -> bool:
-        """Work waits for the model: in its admission queue, or for its lock (a burst ends for it)."""
-        return bool(self._waiting) or self.model.admission.waiting > 0 or self.model.lock.contended
+    def _yield_now(self) -> bool:
+        """Between two steps of a burst: admit what the admission queue can take now (a generation joins the
+        next step; other work then waits for the model lock), and say whether the burst must end: a thread waits
+        for the model lock. Work that cannot be admitted (no free slot) does not end it: nothing would free one."""
+        admission = self.model.admission
+        if admission.waiting:
+            admission.admit()
+        return self.model.lock.contended
 
     def _step(self) -> bool:
         """Admit, then decode and sample: one step, or several in a row (a burst) for as long as planning allows
@@ -345,7 +350,9 @@ class Scheduler:
         try:
             while True:
                 jobs, pending = self._pending()
-                keys = plan_burst(pending, self.model.n_batch, self._queued()) if self.model.chunk is None else None
+                # (What the admission queue could take was admitted: at the start, or by `_yield_now`.)
+                contended = self.model.lock.contended
+                keys = plan_burst(pending, self.model.n_batch, contended) if self.model.chunk is None else None
                 if keys is not None:
                     steps = self._burst(jobs, keys, started, steps)
                 else:
@@ -359,7 +366,7 @@ class Scheduler:
                         return True  # its reader takes its first tokens at once
                 own = self._stepping_for
                 read_whole = own is not None and not own.streamed and len(self._active) == 1 and own in self._active
-                if not burst_continues(steps, time.monotonic() - started, self._queued(), read_whole):
+                if not burst_continues(steps, time.monotonic() - started, self._yield_now(), read_whole):
                     return True
         finally:
             self._end_burst()
@@ -379,7 +386,7 @@ class Scheduler:
         self.rows += decoded
 
     def _burst(self, jobs: dict[int, LlamaGeneration], keys: list[int], started: float, steps: int) -> int:
-        """Steps of one-token rows, one after the other, while no job joins (new work ends the burst) or leaves
+        """Steps of one-token rows, one after the other, while no job joins (admitted work is planned again) or leaves
         (by taking its last token, lagging too far or ending): after its first step only that is checked, and what
         holds for the whole batch once (constraints, plain greedy rows) still holds. Returns the burst's steps so
         far (`steps` before). This loop runs once per token of every stream: it is kept lean (measured by
@@ -393,7 +400,9 @@ class Scheduler:
                 self.rows += self._decode_and_sample([Row(job, job.state.tokens[-1:], -1) for job in batch])
             self.steps += 1
             steps += 1
-            waiting = bool(self._waiting) or admission.waiting > 0 or lock.contended
+            if admission.waiting and admission.admit():
+                return steps  # planned again (`_step`): work joined (a generation's prompt goes in the next step)
+            waiting = lock.contended
             own = len(batch) == 1 and batch[0] is self._stepping_for  # a lone reader's own stream: it may lag
             read_whole = own and not batch[0].streamed and len(self._active) == 1  # nobody else's reader waits
             if not burst_continues(steps, time.monotonic() - started, waiting, read_whole):
