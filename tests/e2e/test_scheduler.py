@@ -15,6 +15,7 @@ import pytest
 
 from llmhost import Host, HostConfig, InferencingParams, StreamChunk
 from llmhost.config import ModelConfig
+from llmhost.engine.local.planning import BURST_STEPS
 from llmhost.engine.local.scheduler import LOOKAHEAD, READER_TURN_S, STALL_RETRY_S
 from probe_driver import run_probe
 
@@ -85,7 +86,9 @@ def test_a_guest_reading_its_stream_runs_the_decode_steps_on_its_own_thread(
     threads: list[int] = model.decode_threads
     threads.clear()
     model.record_decode_threads = True  # the model records the thread of every decode from now on
-    params = json.dumps({"temperature": 0.0, "repeat-penalty": 1.0, "max-tokens": 24})
+    # Enough tokens for several bursts: a burst is up to BURST_STEPS decodes on one thread, so one the background
+    # thread takes while the guest is slow to come back (below) moves that many at once, not one.
+    params = json.dumps({"temperature": 0.0, "repeat-penalty": 1.0, "max-tokens": 6 * BURST_STEPS})
     try:
         outcome = run_probe(app, "stream", MODEL, "Once upon a time, there was a dragon who", params)
     finally:
@@ -93,7 +96,7 @@ def test_a_guest_reading_its_stream_runs_the_decode_steps_on_its_own_thread(
     assert outcome.exit_code == 0, outcome.stderr
     events = outcome.value["events"]
     generated = events[-1]["done"]["usage"]["generated-token-count"]
-    assert generated >= 10
+    assert generated >= 3 * BURST_STEPS
     assert len(threads) >= generated  # the prompt, then every generated token but the last
     # The background thread may take a step when the guest is slow to come back (this VM stalls at times).
     assert threads.count(threading.get_ident()) >= len(threads) * 0.8, threads
