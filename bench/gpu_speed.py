@@ -7,10 +7,15 @@ So only the `llama_decode` C call is replaced, by a wait of a step time with the
 real. Efficiency = simulated decode time (the measured time inside the fake calls) ÷ wall time: 1.0 would be a
 host that costs nothing.
 
-`python bench/gpu_speed.py [ROUNDS]` prints the table for both built-in models, each in fresh processes (threads
-from LLMHOST_BENCH_THREADS, default 2; the models configured as on a GPU, `n-gpu-layers = -1`).
-`python bench/gpu_speed.py --serve-simulated CLOCK_FILE serve ...` is the HTTP measure's server: `llmhost` with
-simulated decoding, publishing its decode clock in CLOCK_FILE.
+`python bench/gpu_speed.py [--backend-sampling] [ROUNDS]` prints the table for both built-in models, each in fresh
+processes (threads from LLMHOST_BENCH_THREADS, default 2; the models configured as on a GPU, `n-gpu-layers = -1`,
+with `backend-sampling` at its default, off: `--backend-sampling` simulates it on).
+`python bench/gpu_speed.py --gpu [--backend-sampling] [ROUNDS]`: no simulation, the same paths and table on the real
+decode of the configured models, offloaded, timed by the GPU timing method (bench/gpu_timing.py: `llama_synchronize`
+right after `llama_decode`, inside the timed region). Runs on a CPU-only build too (at CPU speed). `--guest WASM` and
+`--http-guest WASM`: prebuilt bench/guest and guest-examples/openai-compat, where componentize-py is not installed.
+`python bench/gpu_speed.py --serve-simulated|--serve-gpu CLOCK_FILE serve ...` is the HTTP measure's server:
+`llmhost` with simulated (or synchronized, timed) decoding, publishing its decode clock in CLOCK_FILE.
 """
 
 from __future__ import annotations
@@ -29,10 +34,11 @@ import threading
 import time
 import types
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from gpu_timing import configured, describe, synchronized_lib
 from host_time import concurrent_streams
 from serve import launch
 
@@ -194,8 +200,39 @@ def simulate(step: Callable[[int], float] = step_seconds, mirror: Path | None = 
         original(self, *args, **kwargs)
         self.lib = _simulated_lib(self.lib, clock, step, _prime(self))
 
-    LlamaDecoder.__init__ = __init__
+    LlamaDecoder.__init__ = __init__  # type: ignore[method-assign]
     return clock
+
+
+def synchronized(mirror: Path | None = None) -> SimClock:
+    """`--gpu`: from now on every `LlamaDecoder` of this process decodes for real, timed with `llama_synchronize`
+    inside the timed region (bench/gpu_timing.py). Returns the clock of those calls."""
+    from llmhost.engine.local.llama_decoder import LlamaDecoder
+
+    clock = SimClock(mirror)
+    original = LlamaDecoder.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self.lib = synchronized_lib(self.lib, clock.add)
+
+    LlamaDecoder.__init__ = __init__  # type: ignore[method-assign]
+    return clock
+
+
+@dataclass(frozen=True)
+class Mode:
+    """What runs: the simulation (default) or, `gpu`, the real decode with the GPU timing method; and
+    `backend_sampling` (None: the key unset, its default, off; True: on)."""
+
+    gpu: bool = False
+    backend_sampling: bool | None = None
+    models: dict[str, ModelConfig] = field(default_factory=dict)  # --gpu: the configured models (path, ...)
+    # Prebuilt guests ("bench": bench/guest, "openai-compat"), where componentize-py is not installed (a GPU machine).
+    guests: dict[str, Path] = field(default_factory=dict)
+
+    def start(self, mirror: Path | None = None) -> SimClock:
+        return synchronized(mirror) if self.gpu else simulate(mirror=mirror)
 
 
 # --- measures ------------------------------------------------------------------------------------------------
@@ -235,8 +272,15 @@ def greedy(tokens: int) -> InferencingParams:
     return GREEDY.model_copy(update={"max_tokens": tokens})
 
 
+# Every simulated run generates exactly its budget (no primed row is end-of-generation). `--gpu` clears it: the GPU
+# kit's random-weight models may end a generation early, and the figures are per generated token anyway.
+EXACT_COUNTS = True
+
+
 def check(generated: int, expected: int = TOKENS) -> int:
-    assert generated == expected, f"generated {generated} tokens, expected {expected}"
+    if EXACT_COUNTS:
+        assert generated == expected, f"generated {generated} tokens, expected {expected}"
+    assert generated > 0, "a run generated no tokens"
     return generated
 
 
@@ -296,16 +340,23 @@ def streams(host: Host, model: str, clock: SimClock, n: int, tag: str, tokens: i
     return sample(wall, sum(counts), clock.read() - before, per_call=True)
 
 
-def model_config(threads: int, n_gpu_layers: int) -> ModelConfig:
-    return ModelConfig(
-        threads=threads,
-        n_gpu_layers=n_gpu_layers,
-        slots=32,
-        context_length=1024,
-        batch_size=BATCH,
-        prefix_cache=False,
-        backend_sampling=True,  # its default on a GPU build (a CPU-only build's default is off)
-    )
+def model_config(
+    threads: int, n_gpu_layers: int, backend_sampling: bool | None = None, base: ModelConfig | None = None
+) -> ModelConfig:
+    """The measured model's config: `base` (a configured model: its path and other keys; else a built-in's
+    defaults) with this benchmark's slots, batch and cache; `backend_sampling` None leaves the key unset (its
+    default, off on a GPU too: issue 51)."""
+    update: dict[str, Any] = {
+        "threads": threads,
+        "n_gpu_layers": n_gpu_layers,
+        "slots": 32,
+        "context_length": 1024,
+        "batch_size": BATCH,
+        "prefix_cache": False,
+    }
+    if backend_sampling is not None:
+        update["backend_sampling"] = backend_sampling
+    return (base or ModelConfig()).model_copy(update=update)
 
 
 def medians(runs: dict[str, list[Sample]]) -> dict[str, Sample]:
@@ -315,14 +366,22 @@ def medians(runs: dict[str, list[Sample]]) -> dict[str, Sample]:
     }
 
 
-def measure(model: str, threads: int, n_gpu_layers: int, cache_dir: Path, rounds: int) -> dict[str, Sample]:
+def measure(
+    model: str, threads: int, n_gpu_layers: int, cache_dir: Path, rounds: int, mode: Mode = Mode()
+) -> dict[str, Sample]:
     """Medians over `rounds` of the in-process measures of one model (run in a fresh process)."""
     from llmhost.toolchains.python import build_component
 
-    clock = simulate()
-    wasm = build_component(ROOT / "bench" / "guest", cache_dir / "bench" / "bench-guest.wasm")
+    global EXACT_COUNTS
+    EXACT_COUNTS = not mode.gpu
+    clock = mode.start()
+    wasm = mode.guests.get("bench") or build_component(
+        ROOT / "bench" / "guest", cache_dir / "bench" / "bench-guest.wasm"
+    )
     config = HostConfig(
-        models={model: model_config(threads, n_gpu_layers)}, cache_dir=cache_dir, compile_strategy="optimized"
+        models={model: model_config(threads, n_gpu_layers, mode.backend_sampling, mode.models.get(model))},
+        cache_dir=cache_dir,
+        compile_strategy="optimized",
     )
     runs: dict[str, list[Sample]] = {}
     with Host(config) as host:
@@ -344,9 +403,13 @@ def measure(model: str, threads: int, n_gpu_layers: int, cache_dir: Path, rounds
 # --- HTTP: a streamed chat through guest-examples/openai-compat under a simulated `llmhost serve` ---------------
 
 
-def start_simulated_server(wasm: Path, cache_dir: Path, config: Path, clock: Path) -> tuple[subprocess.Popen[str], int]:
-    """`llmhost serve` with simulated decoding (this file's `--serve-simulated`), on a free loopback port."""
-    command = [sys.executable, str(Path(__file__).resolve()), "--serve-simulated", str(clock)]
+def start_simulated_server(
+    wasm: Path, cache_dir: Path, config: Path, clock: Path, gpu: bool = False
+) -> tuple[subprocess.Popen[str], int]:
+    """`llmhost serve` with simulated decoding (this file's `--serve-simulated`; `gpu`: the real decode, timed,
+    `--serve-gpu`), on a free loopback port."""
+    flag = "--serve-gpu" if gpu else "--serve-simulated"
+    command = [sys.executable, str(Path(__file__).resolve()), flag, str(clock)]
     command += ["serve", str(wasm), "-c", str(config), "--listen", "127.0.0.1:0"]
     return launch(command, cache_dir)
 
@@ -409,13 +472,31 @@ def http_chat(port: int, model: str, clock: Path, pid: int, tokens: int = TOKENS
     return sample(wall, generated, sim, chunks=chunk_times(started, arrivals)), where
 
 
+def serve_toml(model: str, config: ModelConfig) -> str:
+    """`[models.MODEL]` for the HTTP measure's server: the keys `model_config` sets (and a configured path)."""
+    lines = [f"[models.{model}]"]
+    if config.path is not None:
+        lines.append(f"path = {json.dumps(str(config.path))}")
+    lines += [
+        f"slots = {config.slots}",
+        f"context-length = {config.context_length}",
+        f"batch-size = {config.batch_size}",
+        f"threads = {config.threads}",
+        f"n-gpu-layers = {config.n_gpu_layers}",
+        f"prefix-cache = {str(config.prefix_cache).lower()}",
+    ]
+    if config.backend_sampling is not None:
+        lines.append(f"backend-sampling = {str(config.backend_sampling).lower()}")
+    return "\n".join(lines) + f"\n\n[limits]\nmax-tokens = {TOKENS}\ndeadline-s = 600\n"
+
+
 def measure_http(
-    model: str, threads: int, n_gpu_layers: int, cache_dir: Path, rounds: int
+    model: str, threads: int, n_gpu_layers: int, cache_dir: Path, rounds: int, mode: Mode = Mode()
 ) -> tuple[Sample, dict[str, float]]:
     """Medians over `rounds` of `http_chat` against a fresh simulated server for `model`."""
     from llmhost.toolchains.python import build_component
 
-    wasm = build_component(
+    wasm = mode.guests.get("openai-compat") or build_component(
         ROOT / "guest-examples" / "openai-compat",
         cache_dir / "bench" / "openai-compat.wasm",
         world="http-app",
@@ -423,12 +504,9 @@ def measure_http(
     )
     with tempfile.TemporaryDirectory(prefix="gpu-speed-") as work:
         config, clock = Path(work) / "serve.toml", Path(work) / "clock"
-        config.write_text(
-            f"[models.{model}]\nslots = 32\ncontext-length = 1024\nbatch-size = {BATCH}\nthreads = {threads}\n"
-            f"n-gpu-layers = {n_gpu_layers}\nprefix-cache = false\nbackend-sampling = true\n\n[limits]\n"
-            f"max-tokens = {TOKENS}\ndeadline-s = 600\n"
-        )
-        process, port = start_simulated_server(wasm, cache_dir, config, clock)
+        base = mode.models.get(model)
+        config.write_text(serve_toml(model, model_config(threads, n_gpu_layers, mode.backend_sampling, base)))
+        process, port = start_simulated_server(wasm, cache_dir, config, clock, mode.gpu)
         try:
             http_chat(port, model, clock, process.pid, tokens=8)  # loads the model, compiles the first instance
             results = [http_chat(port, model, clock, process.pid) for _ in range(rounds)]
@@ -458,29 +536,49 @@ def isolated(fn: Callable[..., Any], *args: Any) -> Any:
         return pool.apply(fn, args)
 
 
-def run(cache_dir: Path, threads: int, rounds: int = 3) -> list[str]:
+def run(cache_dir: Path, threads: int, rounds: int = 3, mode: Mode = Mode()) -> list[str]:
+    global EXACT_COUNTS
+    EXACT_COUNTS = not mode.gpu
     n_gpu_layers = GPU_LAYERS
     steps = ", ".join(f"{n}: {step_seconds(n) * 1e3:.2f}" for n in (1, 8, 16, 24, 32, 64))
+    sampling = (
+        "`backend-sampling` on (greedy tokens chosen in the graph)"
+        if mode.backend_sampling
+        else "`backend-sampling` unset (its default: off, on a GPU too)"
+    )
+    if mode.gpu:
+        intro = (
+            "GPU timing method (bench/gpu_timing.py): the real `llama_decode`, with `llama_synchronize(ctx)` right "
+            f"after it inside the timed region ({os.cpu_count()} cores, {threads} llama.cpp threads). "
+            + describe(cache_dir)
+        )
+        decode = "decode"
+    else:
+        intro = (
+            "GPU-speed simulation: `llama_decode` replaced by a sleep of the step time (ms by tokens in the call: "
+            f"{steps}; 1 up to 8, linear to 3 at 32, 3·n/32 beyond), everything else real on this CPU "
+            f"({os.cpu_count()} cores, {threads} llama.cpp threads)."
+        )
+        decode = "simulated"
     lines = [
-        f"GPU-speed simulation: `llama_decode` replaced by a sleep of the step time (ms by tokens in the call: "
-        f"{steps}; 1 up to 8, linear to 3 at 32, 3·n/32 beyond), everything else real on this CPU "
-        f"({os.cpu_count()} cores, {threads} llama.cpp threads). Greedy, {TOKENS} tokens, prompt {PROMPT!r}; "
-        f"slots 32, batch size {BATCH}, no prefix cache. Efficiency = time inside the simulated calls ÷ wall time. "
-        f"Host ms: (wall − simulated decode) per token (1 stream) or per decode call (8 / 32 streams). Median of "
-        f"{rounds} rounds; each model in a fresh process, the HTTP server in another.",
+        f"{intro} Greedy, {TOKENS} tokens, prompt {PROMPT!r}; slots 32, batch size {BATCH}, no prefix cache, "
+        f"{sampling}. Efficiency = time inside the {decode} calls ÷ wall time. Host ms: (wall − time in them) "
+        f"per token (1 stream) or per decode call (8 / 32 streams). Median of {rounds} rounds; each model in a "
+        "fresh process, the HTTP server in another.",
         "",
         "The models run as a GPU deployment is configured (`n-gpu-layers = -1`; a CPU-only llama.cpp build ignores "
         "the offload): the engine's CPU-only policy (scheduler `READER_TURN_S`: the readers a step woke get the "
-        "cores before the next decode) is for decodes that need every core, and a simulated decode needs none.",
+        "cores before the next decode) is for decodes that need every core, and a GPU's decode needs none.",
         "",
         "| model | path | efficiency | tokens/s | host ms per token / step | rows (tokens) per call "
-        "| simulated ms per call |",
+        f"| {decode} ms per call |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     notes: list[str] = []
-    for model in GENERATIVE_MODELS:
-        found: dict[str, Sample] = isolated(measure, model, threads, n_gpu_layers, cache_dir, rounds)
-        found["http"], where = measure_http(model, threads, n_gpu_layers, cache_dir, rounds)
+    models = list(mode.models) if mode.gpu else list(GENERATIVE_MODELS)
+    for model in models:
+        found: dict[str, Sample] = isolated(measure, model, threads, n_gpu_layers, cache_dir, rounds, mode)
+        found["http"], where = measure_http(model, threads, n_gpu_layers, cache_dir, rounds, mode)
         for path, label in PATHS.items():
             s = found[path]
             target = TARGETS.get(path)
@@ -507,7 +605,8 @@ def run(cache_dir: Path, threads: int, rounds: int = 3) -> list[str]:
     threads_line = (
         "CPU by thread (`/proc/PID/task/*/schedstat`, server threads named at the OS level): serve-loop = uvicorn's "
         "event loop (HTTP), llmhost-request = the guest (wasm), llmhost-MODEL = the scheduler's background thread, "
-        "llmhost-compute = the decode calls (here the sleep), client = this benchmark's HTTP client."
+        f"llmhost-compute = the decode calls ({'the real decode' if mode.gpu else 'here the sleep'}), client = this "
+        "benchmark's HTTP client."
     )
     return [*lines, "", *notes, "", threads_line]
 
@@ -530,10 +629,11 @@ def name_os_threads(main_name: str) -> None:
     threading.Thread._bootstrap_inner = bootstrap_inner  # type: ignore[attr-defined]
 
 
-def serve_simulated(argv: list[str]) -> None:
-    """`--serve-simulated CLOCK_FILE ARGS...`: `llmhost ARGS...` with every decoder simulated."""
+def serve_simulated(argv: list[str], gpu: bool = False) -> None:
+    """`--serve-simulated CLOCK_FILE ARGS...`: `llmhost ARGS...` with every decoder simulated (`gpu`,
+    `--serve-gpu`: decoding for real, timed by the GPU timing method)."""
     name_os_threads("serve-loop")
-    simulate(mirror=Path(argv[0]))
+    Mode(gpu=gpu).start(Path(argv[0]))
     from llmhost.cli import main
 
     sys.argv = ["llmhost", *argv[1:]]
@@ -541,12 +641,30 @@ def serve_simulated(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--serve-simulated":
-        serve_simulated(sys.argv[2:])
+    if len(sys.argv) > 1 and sys.argv[1] in ("--serve-simulated", "--serve-gpu"):
+        serve_simulated(sys.argv[2:], gpu=sys.argv[1] == "--serve-gpu")
         sys.exit(0)
+
+    import argparse
 
     from llmhost.config import default_cache_dir
 
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("rounds", nargs="?", type=int, default=3, help="rounds (the median is reported)")
+    parser.add_argument("--gpu", action="store_true", help="no simulation: the configured models' real decode, timed")
+    parser.add_argument("--backend-sampling", action="store_true", help="`backend-sampling = true` (default: unset)")
+    parser.add_argument("--guest", type=Path, help="a prebuilt bench/guest component")
+    parser.add_argument("--http-guest", type=Path, help="a prebuilt guest-examples/openai-compat component")
+    args = parser.parse_args()
+    guests = {name: path for name, path in (("bench", args.guest), ("openai-compat", args.http_guest)) if path}
+    for path in guests.values():
+        if not path.is_file():
+            parser.error(f"{path}: no such file (build it with `llmhost build DIR`)")
     threads = int(os.environ.get("LLMHOST_BENCH_THREADS", "2"))
-    print("\n".join(run(default_cache_dir(), threads, count)))
+    backend_sampling = True if args.backend_sampling else None
+    cache_dir = default_cache_dir()
+    mode = Mode(backend_sampling=backend_sampling, guests=guests)
+    if args.gpu:
+        host_config, models = configured(threads)
+        cache_dir, mode = host_config.cache_dir, Mode(True, backend_sampling, models, guests)
+    print("\n".join(run(cache_dir, threads, args.rounds, mode)))

@@ -4,15 +4,21 @@ the rows each call held. Greedy, 128 tokens, on the real CPU model. Whatever the
 decode step adds to every step; at GPU speed (a step of 1 to 3 ms) it sets the throughput.
 
 `python bench/host_time.py [ROUNDS]` prints the table for both built-in models (each in a fresh process).
+
+`python bench/host_time.py --gpu [--tokens N] [--guest WASM] [ROUNDS]`: the GPU timing method (bench/gpu_timing.py)
+on the configured models, offloaded: `llama_synchronize` right after `llama_decode` inside the timed decode; tokens/s,
+host ms per token and per step, efficiency and rows per step, at 1, 8 and 32 streams. Runs on a CPU-only build too
+(the offload is ignored; the same table). `--guest`: a prebuilt bench/guest component, where componentize-py is not
+installed (a GPU machine); `--tokens`: fewer tokens per generation for a quick run.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import multiprocessing
 import statistics
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -52,8 +58,9 @@ class DecodeClock:
 
 
 @contextmanager
-def decode_clock() -> Iterator[DecodeClock]:
-    """Wrap `LlamaDecoder.decode` (every decode of the engine goes through it) with a clock."""
+def decode_clock(synchronize: bool = False) -> Iterator[DecodeClock]:
+    """Wrap `LlamaDecoder.decode` (every decode of the engine goes through it) with a clock. `synchronize`: call
+    `llama_synchronize` right after it, inside the timed region (the GPU timing method, bench/gpu_timing.py)."""
     from llmhost.engine.local.llama_decoder import LlamaDecoder
 
     clock = DecodeClock()
@@ -62,7 +69,10 @@ def decode_clock() -> Iterator[DecodeClock]:
     def decode(self: Any, rows: Any, logits_at: Any) -> int:
         started = time.perf_counter()
         try:
-            return original(self, rows, logits_at)
+            rc = original(self, rows, logits_at)
+            if synchronize:
+                self.lib.llama_synchronize(self.ctx)
+            return rc
         finally:
             clock.seconds += time.perf_counter() - started
             clock.calls += 1
@@ -245,12 +255,111 @@ def run(cache_dir: Path, threads: int, n_gpu_layers: int, rounds: int = 3) -> li
     return rows
 
 
+# --- `--gpu`: the GPU timing method (bench/gpu_timing.py) -------------------------------------------------------
+
+GPU_SLOTS = 32
+GPU_PATHS = {
+    "api": "1 stream, Python API",
+    "infer": "1 stream, guest `infer`",
+    "stream": "1 stream, guest `infer-stream`",
+    "streams8": "8 streams, `Host.infer_stream`",
+    "streams32": "32 streams, `Host.infer_stream`",
+}
+
+
+def timed(clock: DecodeClock, wall: float, generated: int) -> dict[str, float]:
+    """One run's figures from its wall time, its tokens and the decode clock (reset just before it)."""
+    if generated <= 0 or clock.calls == 0:
+        raise RuntimeError(f"a timed run generated {generated} tokens in {clock.calls} decode calls")
+    host = wall - clock.seconds
+    return {
+        "tokens_per_s": generated / wall,
+        "host_ms_token": host / generated * 1e3,
+        "host_ms_step": host / clock.calls * 1e3,
+        "efficiency": clock.seconds / wall,
+        "rows": clock.rows / clock.calls,
+    }
+
+
+def gpu_measure(
+    model: str, config: ModelConfig, cache_dir: Path, guest: Path | None, tokens: int, rounds: int
+) -> dict[str, dict[str, float]]:
+    """Medians over `rounds` of every path of one model (run in a fresh process). A random-weight model (the GPU
+    kit's) may end a generation early: figures are per generated token, and rows per step show the streams."""
+    from llmhost.toolchains.python import build_component
+
+    wasm = guest or build_component(ROOT / "bench" / "guest", cache_dir / "bench" / "bench-guest.wasm")
+    params = GREEDY.model_copy(update={"max_tokens": tokens})
+    host_config = HostConfig(models={model: config}, cache_dir=cache_dir, compile_strategy="optimized")
+    runs: dict[str, list[dict[str, float]]] = {}
+    with decode_clock(synchronize=True) as clock, Host(host_config) as host:
+        app = host.load(wasm)
+        host.infer(model, "warm up", InferencingParams(max_tokens=4))
+        app.run_captured(["stream", model, "4", "warm up"])
+        concurrent_streams(host, model, GPU_SLOTS, "Warm", params.model_copy(update={"max_tokens": 4}), clock.reset)
+        for r in range(rounds):
+            clock.reset()
+            started = time.perf_counter()
+            generated = host.infer(model, PROMPT, params).usage.generated_token_count
+            runs.setdefault("api", []).append(timed(clock, time.perf_counter() - started, generated))
+            for command in ("infer", "stream"):
+                clock.reset()
+                done = app.run_captured([command, model, str(tokens), PROMPT])
+                report = json.loads(done.stdout.decode().strip().splitlines()[-1])
+                runs.setdefault(command, []).append(timed(clock, float(report["seconds"]), int(report["generated"])))
+            for n in (8, GPU_SLOTS):
+                wall, counts = concurrent_streams(host, model, n, f"Round {r}", params, clock.reset)
+                assert len(counts) == n, f"{n - len(counts)} of {n} streams failed"
+                runs.setdefault(f"streams{n}", []).append(timed(clock, wall, sum(counts)))
+    return {path: {k: statistics.median(run[k] for run in found) for k in found[0]} for path, found in runs.items()}
+
+
+def run_gpu(threads: int, rounds: int = 3, tokens: int = TOKENS, guest: Path | None = None) -> list[str]:
+    from gpu_timing import configured, describe
+
+    config, models = configured(threads, slots=GPU_SLOTS, context_length=1024, prefix_cache=False)
+    rows = [
+        "GPU timing method (bench/gpu_timing.py): `llama_synchronize(ctx)` right after `llama_decode`, inside the "
+        "timed `LlamaDecoder.decode`; host time = wall time minus that. "
+        f"Prompt {PROMPT!r}, greedy, {tokens} tokens; every layer offloaded, {GPU_SLOTS} slots, no prefix cache; "
+        f"median of {rounds} rounds, each model in a fresh process. Guest figures are timed inside the guest "
+        "(bench/guest). Efficiency = decode time ÷ wall time. Streams: concurrent `Host.infer_stream` readers. "
+        + describe(config.cache_dir),
+        "",
+        "| model | path | tokens/s | host ms per token | host ms per step | efficiency | rows per step |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for model, model_config in models.items():
+        found = isolated(gpu_measure, model, model_config, config.cache_dir, guest, tokens, rounds)
+        for path, label in GPU_PATHS.items():
+            f = found[path]
+            rows.append(
+                f"| {model} | {label} | {f['tokens_per_s']:.0f} | {f['host_ms_token']:.3f} | {f['host_ms_step']:.3f} "
+                f"| {f['efficiency']:.3f} | {f['rows']:.2f} |"
+            )
+    return rows
+
+
 if __name__ == "__main__":
     import os
 
     from llmhost.config import default_cache_dir
 
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("rounds", nargs="?", type=int, default=3, help="rounds (the median is reported)")
+    parser.add_argument("--gpu", action="store_true", help="the GPU timing method, on the configured models offloaded")
+    parser.add_argument("--tokens", type=int, help=f"--gpu: tokens per generation (default {TOKENS})")
+    parser.add_argument("--guest", type=Path, help="--gpu: a prebuilt bench/guest component")
+    args = parser.parse_args()
+    if not args.gpu and (args.tokens is not None or args.guest is not None):
+        parser.error("--tokens and --guest go with --gpu")
+    if args.tokens is not None and args.tokens < 1:
+        parser.error("--tokens must be at least 1")
+    if args.guest is not None and not args.guest.is_file():
+        parser.error(f"--guest {args.guest}: no such file (build it with `llmhost build bench/guest`)")
     threads = int(os.environ.get("LLMHOST_BENCH_THREADS", "2"))
-    gpu = int(os.environ.get("LLMHOST_BENCH_N_GPU_LAYERS", "0"))
-    print("\n".join(run(default_cache_dir(), threads, gpu, count)))
+    if args.gpu:
+        print("\n".join(run_gpu(threads, args.rounds, args.tokens or TOKENS, args.guest)))
+    else:
+        gpu = int(os.environ.get("LLMHOST_BENCH_N_GPU_LAYERS", "0"))
+        print("\n".join(run(default_cache_dir(), threads, gpu, args.rounds)))

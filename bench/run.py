@@ -16,7 +16,8 @@ to first chunk, the sequences program, continuous batching (bench/batching.py), 
 developer loop (bench/devloop.py), the guest SDK (bench/sdk.py), guest-side sampling (bench/processors.py), the
 compute thread (bench/compute_thread.py), the host's time outside llama_decode (bench/host_time.py), a GPU-speed
 simulation (bench/gpu_speed.py), the remote backend (bench/scaleout.py), JavaScript guests beside Python ones
-(bench/js_guests.py), component instantiation (p50 of 20) and the second start of `llmhost run` (compiled
+(bench/js_guests.py), embeddings (bench/embeddings.py) and a stream sharing its model with embeddings clients
+(bench/embedding_fairness.py), component instantiation (p50 of 20) and the second start of `llmhost run` (compiled
 component cached).
 """
 
@@ -40,6 +41,7 @@ import batching
 import compute_thread
 import deterministic
 import devloop
+import embedding_fairness
 import embeddings
 import gpu_speed
 import host_time
@@ -410,6 +412,26 @@ def sequences_rows(f: ModelFigures) -> list[str]:
     return rows
 
 
+# Sections measured elsewhere and written by hand (a lent GPU; a side-by-side run of two commits): a new run cannot
+# redo them, so they are carried over from the file it replaces, unchanged.
+GPU_MEASURED = "## GPU (measured)"
+CPU_HISTORY = "## CPU before and after the host-speed work (issue 37)"
+
+
+def kept_sections(path: Path, titles: tuple[str, ...]) -> dict[str, list[str]]:
+    """Each `## TITLE` section of `path` named in `titles`: its lines, heading included, to the next `## `."""
+    if not path.is_file():
+        return {}
+    found: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in path.read_text().splitlines():
+        if line.startswith("## "):
+            current = found.setdefault(line, []) if line in titles else None
+        if current is not None:
+            current.append(line)
+    return found
+
+
 def sub_sections(rows: dict[str, list[str]]) -> list[str]:
     """A section's rows of each model under a `### model` sub-heading."""
     lines: list[str] = []
@@ -424,6 +446,7 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=96, help="back-to-back (d),(e) pairs for the streaming ratio")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args()
+    kept = kept_sections(args.out, (GPU_MEASURED, CPU_HISTORY))  # read before this run replaces the file
     steal_start, total_start = cpu_times()
 
     model_config = ModelConfig(threads=THREADS, n_gpu_layers=N_GPU_LAYERS, context_length=CONTEXT, prefix_cache=False)
@@ -556,10 +579,12 @@ def main() -> int:
         "",
         *host_time_rows,
         "",
+        *kept.get(GPU_MEASURED, []),
         "## GPU-speed simulation (bench/gpu_speed.py)",
         "",
         *gpu_speed_rows,
         "",
+        *kept.get(CPU_HISTORY, []),
         "## Remote backend (bench/scaleout.py)",
         "",
         *scaleout_rows,
@@ -580,6 +605,7 @@ def main() -> int:
     lines += serve_section(config.cache_dir)
     lines += isolated(js_guests.run, config.cache_dir, THREADS)  # a JavaScript guest beside a Python one
     lines += isolated(embeddings.run, config.cache_dir, THREADS)  # beside Llama.embed; retrieval per model
+    lines += isolated(embedding_fairness.run, config.cache_dir, THREADS)  # a stream beside embeddings clients
     steal_end, total_end = cpu_times()
     if total_end > total_start:
         stolen = 100 * (steal_end - steal_start) / (total_end - total_start)

@@ -1,6 +1,6 @@
 // hello-js: complete a prompt with the host's LLM and print the text, the finish reason and the token usage.
 // A JavaScript guest of the `command` world (wit/llm.wit), built with componentize-js by `llmhost build`.
-import { infer } from "llmhost:llm/llm@0.2.2";
+import { infer } from "llmhost:llm/llm@0.2.3";
 
 const MODEL = "gemma-3-270m";
 const DEFAULT_PROMPT = "The capital of France is";

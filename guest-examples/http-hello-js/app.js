@@ -1,6 +1,6 @@
 // http-hello-js: an `http-app` guest in JavaScript. `GET /?prompt=...` streams the model's completion as plain
 // text, one chunk per piece the host generates, then a line with the finish reason.
-import { inferStream } from "llmhost:llm/llm@0.2.2";
+import { inferStream } from "llmhost:llm/llm@0.2.3";
 
 const MODEL = "gemma-3-270m";
 const encoder = new TextEncoder();

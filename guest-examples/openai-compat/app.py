@@ -22,8 +22,9 @@ from urllib.parse import unquote
 
 from componentize_py_types import Err
 from llmhost_guest import Done, InvalidInput, LlmError, ModelNotSupported, Sequence, Usage, interleave, llm
+from llmhost_guest import http as web
 from responses import handle_responses, responses_request
-from validate import BadRequest, chat_request, completion_request, embedding_request, model_not_found
+from validate import BadRequest, chat_request, check_unicode, completion_request, embedding_request, model_not_found
 from wit_world import exports
 from wit_world.imports import http
 
@@ -385,6 +386,7 @@ def read_json(request):
         ) from None
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object", code="invalid_json")
+    check_unicode(body)
     return body
 
 
@@ -436,7 +438,12 @@ def route(request, writer):
 class Handler(exports.Handler):
     def handle(self, request, writer):
         try:
-            return route(request, writer) or http.Response(status=200, headers=[], body=b"")  # None: streamed
+            response = route(request, writer)
+            if response is None:  # streamed
+                return http.Response(status=200, headers=[], body=b"")
+            # A large body (thousands of vectors) goes through the writer in pieces: the host takes at most ~2.6 MiB
+            # in the returned record.
+            return web.respond(writer, response.status, response.headers, response.body)
         except Err:  # the writer refused: the client left, or the grace after the deadline ran out
             return http.Response(status=200, headers=[], body=b"")
         except Exception as error:  # not a BadRequest: a bug here, answered 500 in OpenAI's shape instead of a trap

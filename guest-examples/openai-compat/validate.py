@@ -14,6 +14,7 @@ from types import SimpleNamespace
 MAX_N = 8  # choices per request: they decode together in one batch, one sequence slot each
 MAX_STOP = 4  # OpenAI's limit
 MAX_LOGIT_BIAS = 1024  # the host's limit
+MAX_INPUTS = 2048  # `input` items of one embeddings request: OpenAI's limit (the vectors of more would crowd the guest)
 PENALTY_WINDOW = 256  # OpenAI's penalties count every earlier occurrence; the host's, this many recent tokens
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
@@ -400,4 +401,44 @@ def completion_request(body):
 def embedding_request(body):
     req = parse(body, EMBEDDING)
     req.input, req.input_names = req.input
+    if len(req.input) > MAX_INPUTS:
+        message = f"'input' holds {len(req.input)} items; at most {MAX_INPUTS} per request (send the rest in another)"
+        raise BadRequest(message, "input", code="invalid_value")
     return req
+
+
+def invalid_text(value, param=""):
+    """The param (`messages[1].content`) of the first string, key or value, of a parsed JSON body that is not valid
+    Unicode, or None. JSON can carry a lone surrogate (`"\\ud800"`), which no UTF-8 string (a WIT `string`) can."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return param or "body"
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            name = f"{param}.{key}" if param else key
+            if invalid_text(key) is not None:
+                return (param + "." if param else "") + key.encode("utf-8", "backslashreplace").decode()
+            found = invalid_text(item, name)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found = invalid_text(item, f"{param}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
+def check_unicode(body):
+    """A 400 naming the field when a string of `body` is not valid Unicode (one C-speed encode when none is)."""
+    try:
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        param = invalid_text(body)
+        raise BadRequest(
+            f"'{param}' is not valid Unicode: it holds a lone surrogate (an unpaired \\ud800-\\udfff escape)",
+            param,
+            code="invalid_value",
+        ) from None

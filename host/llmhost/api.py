@@ -9,6 +9,7 @@ with Host(load_config("llmhost.toml")) as host:
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,8 @@ from wasmtime import Engine as WasmEngine
 from wasmtime import Store, WasmtimeError
 from wasmtime.component import Component, FuncType, Instance, Linker
 
-from llmhost.config import HostConfig, alias_map
+from llmhost.config import ConfigError, EnvValue, HostConfig, alias_map
+from llmhost.domain.limits import MAX_LIFTED_ITEMS
 from llmhost.domain.types import (
     DEFAULT_PARAMS,
     EmbeddingInput,
@@ -27,10 +29,13 @@ from llmhost.domain.types import (
     InferencingParams,
     ModelInfo,
     StreamChunk,
+    check_text,
+    embedding_inputs,
 )
 from llmhost.engine.base import Engine, Generation, TokenSequence, collect
 from llmhost.engine.registry import Registry, create_registry
-from llmhost.interfaces.linker import InterfaceDefiner, build_linker
+from llmhost.grants import Grants, GrantServices
+from llmhost.interfaces.linker import GRANT_INTERFACES, InterfaceDefiner, build_linker
 from llmhost.interfaces.llm import INTERFACES as LLM_INTERFACES
 from llmhost.interfaces.sequences import INTERFACES as SEQUENCES_INTERFACES
 from llmhost.run.scope import RunScope
@@ -119,6 +124,8 @@ class Host:
         self._tickers: dict[int, EpochTicker] = {}
         self._closed = False
         self._llm = LlmService(self._get_registry)
+        # Key-value stores and the outbound HTTP client, shared by every component and closed with the Host.
+        self.grant_services = GrantServices(self.config.key_value, self.config.data_dir)
         sandbox = self.config.sandbox
         self.limits = ScopeLimits(
             sandbox.stream_idle_timeout_s,
@@ -164,22 +171,64 @@ class Host:
 
     # -- components -------------------------------------------------------------------------------------
 
-    def load(self, path: str | Path, *, allowed_models: Iterable[str] | None = None) -> App:
+    def load(
+        self,
+        path: str | Path,
+        *,
+        allowed_models: Iterable[str] | None = None,
+        key_value_stores: Iterable[str] | None = None,
+        config: Mapping[str, str | EnvValue] | None = None,
+        allowed_outbound_hosts: Iterable[str] | None = None,
+    ) -> App:
         """Load (compiling on first use) a component of the `command` world.
 
         `allowed_models`: the models this component may use, by name or alias (None: every configured model).
+        `key_value_stores`, `config`, `allowed_outbound_hosts`: the component's grants (README "Grants"), each in
+        place of the `[sandbox]` key of the same name when given; the config's `[sandbox]` values otherwise.
         """
         path = Path(path)
         problems = sandbox_problems(self.config.sandbox)
         if problems:
             raise HostError("; ".join(problems))
+        grants = self.grants(
+            key_value_stores=key_value_stores, config=config, allowed_outbound_hosts=allowed_outbound_hosts
+        )
         wasm_engine, loaded = self._load_component(path)
         _check_component(path, loaded.component, wasm_engine)
         if self.config.sandbox.timeout_s is not None:
             self._start_ticker(wasm_engine)
         allowed = self._allowed(allowed_models)
-        linker = build_linker(wasm_engine, loaded.component, self._llm.restricted_to(allowed), self.limits)
+        linker = build_linker(
+            wasm_engine,
+            loaded.component,
+            self._llm.restricted_to(allowed),
+            self.limits,
+            grants=grants,
+            services=self.grant_services,
+        )
         return App(self, path, loaded, linker, wasm_engine)
+
+    def grants(
+        self,
+        *,
+        key_value_stores: Iterable[str] | None = None,
+        config: Mapping[str, str | EnvValue] | None = None,
+        allowed_outbound_hosts: Iterable[str] | None = None,
+    ) -> Grants:
+        """The `[sandbox]` grants, with the given ones in place of theirs; errors (a bad host pattern, an unset
+        environment variable) are `HostError`s naming the key."""
+        update: dict[str, object] = {}
+        if key_value_stores is not None:
+            update["key_value_stores"] = tuple(key_value_stores)
+        if config is not None:
+            update["config"] = dict(config)
+        if allowed_outbound_hosts is not None:
+            update["allowed_outbound_hosts"] = tuple(allowed_outbound_hosts)
+        try:
+            sandbox = self.config.sandbox.model_validate({**self.config.sandbox.model_dump(), **update})
+            return Grants.from_config(sandbox, "sandbox")
+        except (ValueError, ConfigError) as error:
+            raise HostError(str(error)) from None
 
     def link(
         self,
@@ -187,6 +236,7 @@ class Host:
         *,
         allowed_models: Iterable[str] | None = None,
         allowed_key: str | None = None,
+        grants: Grants | None = None,
         extra: Mapping[str, InterfaceDefiner] | None = None,
     ) -> LinkedComponent:
         """Load (compiling on first use) a component of any world, and a linker providing WASI, the host's
@@ -198,7 +248,16 @@ class Host:
         self._start_ticker(wasm_engine)
         # `allowed_key`: the config key that grants the models, named when a model is refused.
         llm = self._llm.restricted_to(self._allowed(allowed_models), allowed_key)
-        linker = build_linker(wasm_engine, loaded.component, llm, self.limits, extra=extra)
+        # `grants`: the component's (`[components.NAME]`); None: nothing beyond the model.
+        linker = build_linker(
+            wasm_engine,
+            loaded.component,
+            llm,
+            self.limits,
+            grants=grants if grants is not None else Grants(),
+            services=self.grant_services,
+            extra=extra,
+        )
         return LinkedComponent(wasm_engine, loaded.component, linker, loaded.compiled, loaded.cache_file)
 
     def _allowed(self, models: Iterable[str] | None) -> frozenset[str] | None:
@@ -229,6 +288,7 @@ class Host:
         on_chunk: Callable[[StreamChunk], None] | None = None,
     ) -> InferenceResult:
         """Generate a completion. `on_chunk` is called with each chunk as soon as its text is certain."""
+        check_text(prompt, "prompt")  # as every text of the Python API: a lone surrogate is InvalidInput
         params = params if params is not None else DEFAULT_PARAMS
         if on_chunk is None:
             return self._llm.infer(model, prompt, params)
@@ -240,6 +300,7 @@ class Host:
         Input errors are raised here, before any token is generated. `close()` cancels the generation and
         frees its engine slot.
         """
+        check_text(prompt, "prompt")
         return self._llm.infer_stream(model, prompt, params if params is not None else DEFAULT_PARAMS)
 
     def open_sequence(self, model: str) -> TokenSequence:
@@ -247,14 +308,16 @@ class Host:
         return self._llm.open_sequence(model)
 
     def tokenize(self, model: str, text: str) -> list[int]:
+        check_text(text, "text")
         return self._llm.tokenize(model, text)
 
     def model_info(self, model: str) -> ModelInfo:
         return self._llm.model_info(model)
 
     def embeddings(self, model: str, texts: Sequence[EmbeddingInput]) -> EmbeddingsResult:
-        """One vector per text, or per token-id list (its ids as they are: no beginning-of-sequence token added)."""
-        return self._llm.embeddings(model, texts)
+        """One vector per text, or per token-id list (its ids as they are: no beginning-of-sequence token added).
+        `texts` is a list (or tuple) of those; anything else is `InvalidInput` saying what was expected."""
+        return self._llm.embeddings(model, embedding_inputs(texts))
 
     def models(self) -> list[ModelSummary]:
         return [
@@ -273,6 +336,7 @@ class Host:
             self._tickers = {}
         for ticker in tickers:
             ticker.stop()
+        self.grant_services.close()
         if engine is not None:
             engine.close()
 
@@ -325,6 +389,10 @@ class App:
         args = list(args)
         captured = [CapturedOutput(sink) if sink is not None else None for sink in (stdout, stderr)]
         scope = RunScope(f"run of {self.name}")
+        timeout_s = self.host.config.sandbox.timeout_s
+        if timeout_s is not None:
+            ends = time.monotonic() + timeout_s
+            scope.set_time_left(lambda: max(0.0, ends - time.monotonic()))
         store: Store | None = None
         try:
             store, instance = self.instantiate(args, stdout=captured[0], stderr=captured[1], scope=scope)
@@ -380,7 +448,13 @@ def _cause(message: str) -> str:
     if not lines:
         return message.strip()
     # Nested causes are numbered ("0: ...", "1: ..."); keep them all on one line.
-    return "; ".join(line.split(": ", 1)[1] if line[:1].isdigit() and ": " in line else line for line in lines)
+    cause = "; ".join(line.split(": ", 1)[1] if line[:1].isdigit() and ": " in line else line for line in lines)
+    if "fuel allocated for hostcalls" in cause:  # wasmtime's cap on one call's data out of a guest: say what it is
+        cause += (
+            f" (one call copies at most {MAX_LIFTED_ITEMS} list items out of a guest: send a larger body through "
+            "response-writer.write in pieces, as the guest SDK's http.respond does)"
+        )
+    return cause
 
 
 def _check_component(path: Path, component: Component, engine: WasmEngine) -> None:
@@ -391,7 +465,7 @@ def _check_component(path: Path, component: Component, engine: WasmEngine) -> No
             f"{path}: the component does not export `{RUN_EXPORT}` (it must target the `command` world of "
             "wit/llm.wit; build it with `llmhost build`)"
         )
-    check_imports(path, component, engine, (*LLM_INTERFACES, *SEQUENCES_INTERFACES))
+    check_imports(path, component, engine, (*LLM_INTERFACES, *SEQUENCES_INTERFACES, *GRANT_INTERFACES))
 
 
 def check_imports(path: object, component: Component, engine: WasmEngine, provided: Sequence[str]) -> None:

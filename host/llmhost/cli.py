@@ -242,12 +242,12 @@ def wit(output: Path) -> None:
 @click.option(
     "--template",
     "-t",
-    type=click.Choice(["command", "http-app", "openai-compat", "chat", "mcp-tool"]),
+    type=click.Choice(["command", "http-app", "openai-compat", "chat", "mcp-tool", "agent"]),
     default="command",
     show_default=True,
     help="command: a program for `llmhost run`; http-app: an HTTP handler for `llmhost serve`; openai-compat: an "
     "OpenAI-compatible API; chat: a streaming chat page; mcp-tool: functions served as MCP tools by `llmhost mcp` "
-    "(its own WIT world in wit/).",
+    "(its own WIT world in wit/); agent: a chat whose tools are HTTP APIs (granted in its llmhost.toml).",
 )
 @click.option(
     "--lang",

@@ -14,10 +14,15 @@ from llmhost.domain.limits import (
     BUILTIN_MODELS,
     DEFAULT_BATCH_SIZE,
     DEFAULT_CONTEXT_LENGTH,
+    DEFAULT_STORE,
     DEFAULT_THREADS,
     MAX_GUEST_MEMORY_MB,
+    MAX_KV_VALUE_BYTES,
+    MAX_KV_VALUE_BYTES_CEILING,
     MAX_OPEN_SEQUENCES,
     MAX_OPEN_STREAMS,
+    MAX_OUTBOUND_REQUESTS,
+    MAX_RESPONSE_BYTES,
     MAX_SEQUENCE_MB,
     MAX_SWAPPED_MB,
     STREAM_IDLE_TIMEOUT_S,
@@ -39,8 +44,8 @@ class ModelConfig(_Section):
     context_length: int = Field(DEFAULT_CONTEXT_LENGTH, ge=16)
     n_gpu_layers: int = Field(0, ge=-1)  # -1 offloads every layer (CUDA build needed)
     # Greedy generations' tokens chosen inside llama.cpp's compute graph (on the GPU: only the token id comes
-    # back, and no logits where every row of a step is greedy). None: on where layers are offloaded to a GPU; on
-    # the CPU the graph's argmax is slower than the host's (engine/local/backend_greedy.py).
+    # back, and no logits where every row of a step is greedy). None: the default, off on the CPU and on a GPU
+    # (an H100 measured it no faster, 0.62× at 8 streams: engine/local/backend_greedy.py); true turns it on.
     backend_sampling: bool | None = None
     threads: int = Field(DEFAULT_THREADS, ge=1)
     batch_size: int = Field(DEFAULT_BATCH_SIZE, ge=1)
@@ -141,7 +146,39 @@ def check_aliases(models: dict[str, ModelConfig]) -> dict[str, ModelConfig]:
     return models
 
 
-class SandboxConfig(_Section):
+class EnvValue(_Section):
+    """A config value taken from the host's environment (`TOKEN = { env = "MY_TOKEN" }`): read when the component is
+    loaded, never logged and never shown by any command."""
+
+    env: str = Field(min_length=1)
+
+
+class GrantsConfig(_Section):
+    """What a component may reach beyond the model (README "Grants"); nothing by default. The same keys under
+    `[sandbox]` (`llmhost run`, the Python API) and `[components.NAME]` (`serve`, `mcp`)."""
+
+    # Key-value stores the guest may open (`[key-value.NAME]` tables, or "default"); any other gets
+    # `access-denied`, a name no table declares `no-such-store`.
+    key_value_stores: tuple[Annotated[str, Field(min_length=1)], ...] = ()
+    # Config values the guest reads through `wasi:config/store`: text, or `{ env = "VAR" }`.
+    config: dict[str, str | EnvValue] = Field(default_factory=dict)
+    # Hosts the guest may send HTTP requests to, in Spin's syntax: "https://api.example.com",
+    # "https://*.example.com:443", "http://localhost:*", "http://127.0.0.1:8080". Anything else is `denied`.
+    allowed_outbound_hosts: tuple[str, ...] = ()
+    max_response_bytes: int = Field(MAX_RESPONSE_BYTES, ge=1)  # a larger outbound response body is `too-large`
+    max_outbound_requests: int = Field(MAX_OUTBOUND_REQUESTS, ge=0)  # per run or request, redirects included
+
+    @field_validator("allowed_outbound_hosts")
+    @classmethod
+    def _valid_hosts(cls, hosts: tuple[str, ...]) -> tuple[str, ...]:
+        from llmhost.domain.hosts import parse_allowed_host
+
+        for host in hosts:
+            parse_allowed_host(host)  # ValueError names what is wrong with it
+        return hosts
+
+
+class SandboxConfig(GrantsConfig):
     """What guests may reach. Everything is off by default: stdout/stderr only."""
 
     env: dict[str, str] = Field(default_factory=dict)  # environment variables granted to guests
@@ -157,6 +194,39 @@ class SandboxConfig(_Section):
     max_open_sequences: int = Field(MAX_OPEN_SEQUENCES, ge=1)
     max_open_streams: int = Field(MAX_OPEN_STREAMS, ge=1)
     max_sequence_mb: int = Field(MAX_SEQUENCE_MB, ge=1)  # host memory one run's sequences may hold
+
+
+class KeyValueStoreConfig(_Section):
+    """A key-value store (`[key-value.NAME]`) that components granted it may open. `default` exists without a table:
+    SQLite in the data directory."""
+
+    backend: Literal["sqlite", "redis"] = "sqlite"
+    path: Path | None = None  # sqlite: the database file (relative to the config file); default DATA-DIR/kv/NAME.db
+    url: str | None = None  # redis: e.g. "redis://127.0.0.1:6379/0"
+    max_value_bytes: int = Field(MAX_KV_VALUE_BYTES, ge=1, le=MAX_KV_VALUE_BYTES_CEILING)  # see limits.py
+    max_keys: int | None = Field(None, ge=1)
+    max_store_bytes: int | None = Field(None, ge=1)  # keys and values together
+
+    @model_validator(mode="after")
+    def _check_backend(self) -> KeyValueStoreConfig:
+        if self.backend == "redis":
+            if self.url is None:
+                raise ValueError('`url` is required with backend = "redis" (e.g. "redis://127.0.0.1:6379/0")')
+            if not self.url.startswith(("redis://", "rediss://", "unix://")):
+                raise ValueError(f"`url`: {self.url!r} is not a redis:// (or rediss://, unix://) URL")
+            if self.path is not None:
+                raise ValueError('`path` is for backend = "sqlite"; a Redis store takes `url`')
+        elif self.url is not None:
+            raise ValueError('`url` is for backend = "redis"; a SQLite store takes `path`')
+        return self
+
+
+def default_stores() -> dict[str, KeyValueStoreConfig]:
+    return {DEFAULT_STORE: KeyValueStoreConfig()}
+
+
+def _with_default_store(stores: dict[str, KeyValueStoreConfig]) -> dict[str, KeyValueStoreConfig]:
+    return stores if DEFAULT_STORE in stores else {DEFAULT_STORE: KeyValueStoreConfig(), **stores}
 
 
 def _default_models() -> dict[str, ModelConfig]:
@@ -175,6 +245,10 @@ class HostConfig(_Section):
     models: dict[str, ModelConfig] = Field(default_factory=_default_models)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     cache_dir: Path = Field(default_factory=lambda: default_cache_dir())
+    # Where state lives (the `default` key-value store): $LLMHOST_DATA_DIR, else $XDG_DATA_HOME/llmhost, else
+    # ~/.local/share/llmhost. Never the cache directory: a cache may be deleted, state may not.
+    data_dir: Path = Field(default_factory=lambda: default_data_dir())
+    key_value: dict[str, KeyValueStoreConfig] = Field(default_factory=default_stores)
     # "fast-first": a component without optimized code cached is compiled with Winch (seconds) and runs at once,
     # Cranelift compiles it in the background for the next run; "optimized": always wait for Cranelift.
     # Default: $LLMHOST_COMPILE_STRATEGY, else "fast-first".
@@ -184,6 +258,29 @@ class HostConfig(_Section):
     @classmethod
     def _valid_aliases(cls, models: dict[str, ModelConfig]) -> dict[str, ModelConfig]:
         return check_aliases(models)
+
+    @field_validator("key_value")
+    @classmethod
+    def _default_store(cls, stores: dict[str, KeyValueStoreConfig]) -> dict[str, KeyValueStoreConfig]:
+        return _with_default_store(stores)
+
+
+def default_data_dir() -> Path:
+    env = os.environ.get("LLMHOST_DATA_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "llmhost"
+
+
+def stores_relative_to(stores: dict[str, KeyValueStoreConfig], base: Path) -> dict[str, KeyValueStoreConfig]:
+    """SQLite paths in `[key-value.NAME]` are relative to the config file."""
+    return {
+        name: store.model_copy(update={"path": base / store.path})
+        if store.path is not None and not store.path.is_absolute()
+        else store
+        for name, store in stores.items()
+    }
 
 
 def default_cache_dir() -> Path:
@@ -248,4 +345,7 @@ def load_config(path: Path | str) -> HostConfig:
     config = read_config(path, HostConfig)
     # Relative model paths are relative to the config file, as a user reading the file expects.
     fixed = {name: _relative_to(m, path.parent) for name, m in config.models.items()}
-    return config.model_copy(update={"models": fixed})
+    update: dict[str, Any] = {"models": fixed, "key_value": stores_relative_to(config.key_value, path.parent)}
+    if not config.data_dir.is_absolute():
+        update["data_dir"] = path.parent / config.data_dir
+    return config.model_copy(update=update)

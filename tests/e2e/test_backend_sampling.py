@@ -1,8 +1,9 @@
 """Backend sampling (`backend-sampling = true`, engine/local/backend_greedy.py): plain greedy tokens chosen in
-llama.cpp's compute graph, on the real models. It is on by default only on a GPU; here it is forced on the CPU,
-where the graph computes the same logits, so every token and log-probability must equal the host path's, alone
-and batched with rows that need their logits (log-probabilities, seeded draws), on sequences a greedy generation
-held before. Deterministic mode on both hosts: a row's logits do not depend on its batch."""
+llama.cpp's compute graph, on the real models. It is off by default, on a GPU too (issue 51: an H100 measured it
+no faster); here it is forced on the CPU, where the graph computes the same logits, so every token and
+log-probability must equal the host path's, alone and batched with rows that need their logits (log-probabilities,
+seeded draws), on sequences a greedy generation held before. Deterministic mode on both hosts: a row's logits do
+not depend on its batch. And a GPU model config that leaves the key unset attaches no chain."""
 
 from __future__ import annotations
 
@@ -105,3 +106,37 @@ def test_rows_that_read_logits_share_steps_and_sequences_with_graph_sampled_ones
             thread.join()
         assert [results[i] for i in range(len(jobs))] == expected
     assert sampled_calls and expected[1][1]  # the graph chose tokens; the log-probabilities were there
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_an_offloaded_model_without_the_key_decodes_without_a_sampler_chain(
+    real_config: HostConfig,
+    hosts: dict[str, Host],
+    model: str,
+    sampled_calls: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`n-gpu-layers = -1` and no `backend-sampling`, on a build that reports GPU offload (this CPU build says no,
+    so llama.cpp's answer is replaced; it ignores the offload): no chain is attached and no token is read from the
+    graph, the greedy tokens are the host's argmax, as on the CPU."""
+    asked: list[bool] = []
+    attached: list[int] = []
+
+    def supports_gpu_offload() -> bool:
+        asked.append(True)
+        return True
+
+    def set_sampler(ctx: Any, seq: int, sampler: Any) -> bool:
+        attached.append(seq)
+        return False
+
+    monkeypatch.setattr(llama_cpp, "llama_supports_gpu_offload", supports_gpu_offload)
+    monkeypatch.setattr(llama_cpp, "llama_set_sampler", set_sampler)
+    gpu = ModelConfig(n_gpu_layers=-1, slots=4, context_length=512, deterministic=True)
+    assert gpu.backend_sampling is None
+    with Host(real_config.model_copy(update={"models": {model: gpu}})) as host:
+        found = [run(host, model, prompt, GREEDY) for prompt in PROMPTS[:2]]
+        assert asked  # the decoder saw an offloaded model on a GPU build
+        assert host.engine.model(model).decoder.greedy_chains is None  # type: ignore[attr-defined]
+    assert attached == [] and sampled_calls == []
+    assert found == [run(hosts["host"], model, prompt, GREEDY) for prompt in PROMPTS[:2]]

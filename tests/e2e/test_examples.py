@@ -315,19 +315,31 @@ def test_contrastive_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: 
     assert texts[0] != texts[1]  # the contrast changed the choice somewhere
 
 
-def test_rag_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: Host) -> None:
+def test_rag_readme(tmp_path: Path, llmhost_cache_dir: Path, real_host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
     """rag: the passages it used are the nearest ones by the Python API's embeddings (all-minilm-l6-v2), with
-    their cosines; its answer is `infer` of the same prompt on this machine."""
+    their cosines; its answer is `infer` of the same prompt on this machine. The first run indexes the corpus into
+    the key-value store `default` (in the data directory), the second reuses that index and prints the same."""
+    monkeypatch.setenv("LLMHOST_DATA_DIR", str(tmp_path / "data"))  # a fresh store: the first run indexes
     commands, expected = readme_blocks("rag")
-    build, run = run_readme_commands(commands, tmp_path, llmhost_cache_dir)
+    assert [c.split()[1:4] for c in commands] == [["build", "guest-examples/rag", "-o"]] + [
+        ["-c", "guest-examples/rag/llmhost.toml", "run"]
+    ] * 2
+    build, *runs = run_readme_commands(commands, tmp_path, llmhost_cache_dir)
     assert build.returncode == 0, build.stderr
-    assert run.returncode == 0, run.stderr
+    assert all(run.returncode == 0 for run in runs), [run.stderr for run in runs]
+    assert (tmp_path / "data" / "kv" / "default.db").is_file()  # SQLite in the data directory
     corpus, question = _source_constant("rag", "CORPUS"), _source_constant("rag", "QUESTION")
     top_k, prompt, params = (_source_constant("rag", name) for name in ("TOP_K", "PROMPT", "PARAMS"))
     assert isinstance(corpus, list) and isinstance(question, str) and isinstance(top_k, int)
     assert isinstance(prompt, str) and isinstance(params, dict)
     used = r"used \[(\d+)\] (-?\d\.\d{3}) (.*)"
-    matches = readme.assert_shape(run.stdout, expected, [used] * top_k + [r"answer:.*"])
+    built = rf"index: built and stored in key-value store 'default' \({len(corpus)} passages\)"
+    reused = rf"index: reused from key-value store 'default' \({len(corpus)} passages\)"
+    shape = [built, *[used] * top_k, r"answer:.*", reused, *[used] * top_k, r"answer:.*"]
+    matches = readme.assert_shape(runs[0].stdout + runs[1].stdout, expected, shape)
+    first, second = runs[0].stdout.split("\n", 1)[1], runs[1].stdout.split("\n", 1)[1]
+    assert second == first  # the reused index gives the same passages, scores and answer
+    matches = matches[1 : 2 + top_k]
     passages = real_host.embeddings("all-minilm-l6-v2", corpus).embeddings
     query = real_host.embeddings("all-minilm-l6-v2", [question]).embeddings[0]
     scores = [sum(a * b for a, b in zip(query, p, strict=True)) for p in passages]

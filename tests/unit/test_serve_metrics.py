@@ -151,9 +151,20 @@ def test_the_admission_queue_reports_each_wait() -> None:
 
 
 def call(app: Any, path: str) -> tuple[str, bytes]:
-    got: list[str] = []
-    body = b"".join(app({"PATH_INFO": path, "REQUEST_METHOD": "GET", "QUERY_STRING": ""}, lambda s, h: got.append(s)))
-    return got[0], body
+    """GET `path` from the probes' ASGI app: (status as text, body)."""
+    import anyio
+
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "GET", "path": path, "query_string": b"", "headers": []}
+    anyio.run(app, scope, receive, send)
+    return str(sent[0]["status"]), b"".join(m.get("body", b"") for m in sent[1:])
 
 
 def test_probes_answer_health_readiness_and_metrics() -> None:

@@ -23,3 +23,46 @@ class EngineError(LlmError):
 
 class InvalidInput(LlmError):
     kind = "invalid-input"
+
+
+# -- grants (wasi:keyvalue's `error`, llmhost's `outbound-http.error`): the WIT case is the class's `kind` ----------
+
+
+class NoSuchStore(LlmError):
+    """No `[key-value.NAME]` table declares the store (and it is not `default`)."""
+
+    kind = "no-such-store"
+
+
+class AccessDenied(LlmError):
+    """The store is not granted to the component (`key-value-stores`)."""
+
+    kind = "access-denied"
+
+
+class StoreFailure(LlmError):
+    """wasi:keyvalue's `other`: a quota (naming its key), an invalid key or cursor, the backend failing."""
+
+    kind = "other"
+
+
+class OutboundDenied(LlmError):
+    """The URL (or a redirect, or the address its host resolves to) is not granted; nothing was sent."""
+
+    kind = "denied"
+
+
+class InvalidRequest(LlmError):
+    kind = "invalid-request"
+
+
+class OutboundTimeout(LlmError):
+    kind = "timeout"
+
+
+class TooLarge(LlmError):
+    kind = "too-large"
+
+
+class ConnectionFailed(LlmError):
+    kind = "connection"

@@ -69,6 +69,14 @@ def model_key(model: str, key: str) -> str:
 MAX_EMBEDDING_TEXTS = 16384
 # Texts per embeddings request to a remote server (OpenAI's limit): a longer call is sent in several.
 REMOTE_EMBEDDING_BATCH = 2048
+# What wasmtime copies out of a guest in one call (the arguments of a host function, e.g. `response-writer.write`'s
+# chunk; the result of an export, e.g. `handler.handle`'s response): its "hostcall fuel", 128 MiB of its own values,
+# a list element taking LIFTED_ITEM_BYTES (a byte of a `list<u8>` too) and a string its UTF-8 length. More traps the
+# guest before the host sees the call; the fuel cannot be raised (wasmtime-py 50's C API has no setter). Data going
+# into a guest is not counted (measured: tests/unit/test_wasm_lists.py, README "Data sizes").
+HOSTCALL_FUEL_BYTES = 128 * 1024 * 1024
+LIFTED_ITEM_BYTES = 48
+MAX_LIFTED_ITEMS = HOSTCALL_FUEL_BYTES // LIFTED_ITEM_BYTES  # 2,796,202: e.g. a 2.66 MiB response body
 # Texts packed into one embeddings decode call (one llama.cpp sequence id each), as llama.cpp's embedding example
 # and llama-server do; the batch's tokens are bounded by `batch-size` too.
 EMBEDDING_SEQUENCES = 64
@@ -162,3 +170,37 @@ DURATION_KEY = "limits.max-duration-s"
 MEMORY_KEY = "limits.max-memory-mb"
 BODY_KEY = "limits.max-body-bytes"
 TOKENS_KEY = "limits.max-tokens"
+
+# --- grants: key-value stores, config values, outbound HTTP (README "Grants") --------------------------------
+# The store every config has without a `[key-value.default]` table: SQLite in the data directory.
+DEFAULT_STORE = "default"
+# `key-value.NAME.max-value-bytes`: the largest value one `set` may store (Spin's default too).
+MAX_KV_VALUE_BYTES = 1024 * 1024
+# The most `max-value-bytes` may be set to: wasmtime's hostcall fuel bounds what one call may copy out of the guest
+# (a 3 MB `set` traps the guest; see MAX_OUTBOUND_BODY_BYTES).
+MAX_KV_VALUE_BYTES_CEILING = 2 * 1024 * 1024
+# The longest key, in UTF-8 bytes (not configurable: keys are names, not data).
+MAX_KV_KEY_BYTES = 4096
+# Keys per `list-keys` page.
+KV_PAGE_KEYS = 1000
+# How long a key-value call may wait for its backend (SQLite's busy lock, a Redis round trip) before `other`.
+KV_BACKEND_TIMEOUT_S = 10.0
+# Buckets, and compare-and-swap handles, one run may hold open at once (each kind; not configurable: a `cas` keeps a
+# copy of its value, so this bounds what one run can make the host hold).
+MAX_KV_HANDLES = 64
+# The start of every quota error's message (`other`), so that guests (the SDK's `KvError.kind == "quota"`) can tell.
+KV_QUOTA_PREFIX = "quota exceeded"
+# `max-response-bytes`: an outbound response body larger than this is `too-large`, and not read further.
+MAX_RESPONSE_BYTES = 10 * 1024 * 1024
+# The largest outbound request body a guest can hand to the host in one call (wasmtime's hostcall fuel bounds what
+# one call may copy out of the guest; see README "Data sizes").
+MAX_OUTBOUND_BODY_BYTES = 2 * 1024 * 1024
+# `max-outbound-requests`: outbound requests one run or request may send in all (redirects included).
+MAX_OUTBOUND_REQUESTS = 100
+# Redirects followed per outbound request, each to a granted host only.
+MAX_REDIRECTS = 5
+# An outbound request's timeout when neither the guest nor a deadline sets a shorter one.
+OUTBOUND_TIMEOUT_S = 30.0
+# A host call that waits on the outside world gives up this long (at most a tenth of the time left) before the run's
+# deadline, so that the guest still runs to act on the error before the run is stopped.
+DEADLINE_MARGIN_S = 0.5

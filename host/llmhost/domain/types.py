@@ -6,6 +6,7 @@ Nothing here knows about wasmtime or llama.cpp: `abi` converts these to and from
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import Literal
@@ -297,6 +298,7 @@ def check_stops(stop: tuple[str, ...]) -> None:
     if len(stop) > MAX_STOP_SEQUENCES:
         raise InvalidInput(f"stop has {len(stop)} entries; at most {MAX_STOP_SEQUENCES} are allowed")
     for i, s in enumerate(stop):
+        check_text(s, f"stop[{i}]")
         if s == "":
             raise InvalidInput(
                 f"stop[{i}] is an empty string; stop sequences must be 1 to {MAX_STOP_LENGTH} characters"
@@ -342,10 +344,12 @@ def check_constraint(constraint: Constraint) -> None:
         if len(constraint.options) > MAX_CHOICES:
             raise InvalidInput(f"constraint choice has {len(constraint.options)} options; at most {MAX_CHOICES}")
         for i, option in enumerate(constraint.options):
+            check_text(option, f"constraint choice[{i}]")
             if option == "":
                 raise InvalidInput(f"constraint choice[{i}] is an empty string; options must not be empty")
         size = sum(len(o.encode()) for o in constraint.options)
     else:
+        check_text(constraint.text, f"constraint {constraint.kind}")
         size = len(constraint.text.encode())
         if constraint.kind != "json-object" and not constraint.text.strip():
             raise InvalidInput(f"constraint {constraint.kind} is empty")
@@ -360,6 +364,49 @@ EmbeddingInput = str | list[int]
 def check_embedding_texts(texts: Sequence[EmbeddingInput]) -> None:
     if len(texts) > MAX_EMBEDDING_TEXTS:
         raise InvalidInput(f"generate-embeddings got {len(texts)} inputs; at most {MAX_EMBEDDING_TEXTS} per call")
+
+
+def embedding_inputs(texts: object) -> list[EmbeddingInput]:
+    """An embeddings call's inputs from a Python caller, checked once: a list or tuple whose items are texts (valid
+    Unicode) or lists of integer token ids. A bare string, bytes, a float or bool id, or a text among ids is
+    `InvalidInput` saying what was expected (WIT inputs have these types by construction)."""
+    if isinstance(texts, (str, bytes, bytearray, memoryview)):
+        what = "a single string: pass [text] for one vector" if isinstance(texts, str) else "bytes: decode them first"
+        raise InvalidInput(f"embeddings take a list of inputs (texts, or lists of token ids), not {what}")
+    if not isinstance(texts, (list, tuple)):
+        raise InvalidInput(
+            f"embeddings take a list of inputs (texts, or lists of token ids), not {type(texts).__name__}"
+        )
+    check_embedding_texts(texts)
+    inputs: list[EmbeddingInput] = []
+    for i, item in enumerate(texts):
+        if isinstance(item, str):
+            check_text(item, f"inputs[{i}]")
+            inputs.append(item)
+        elif isinstance(item, (list, tuple)):
+            for j, token in enumerate(item):
+                if isinstance(token, bool) or not isinstance(token, numbers.Integral):
+                    raise InvalidInput(
+                        f"inputs[{i}][{j}] is {token!r} ({type(token).__name__}): token ids are integers"
+                    )
+            inputs.append([int(token) for token in item])
+        else:
+            raise InvalidInput(
+                f"inputs[{i}] is a {type(item).__name__}: each input is a text (str) or a list of token ids (ints)"
+            )
+    return inputs
+
+
+def check_text(text: str, what: str) -> None:
+    """A text from a Python caller must be valid Unicode: a lone surrogate (e.g. from `json.loads` of "\\ud800")
+    cannot be encoded as UTF-8, which the tokenizer (and any WIT string) needs."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InvalidInput(
+            f"{what} is not valid Unicode: it holds a lone surrogate ({text[error.start]!r}) at index {error.start}; "
+            "texts must be encodable as UTF-8"
+        ) from None
 
 
 def check_embedding_tokens(inputs: Sequence[EmbeddingInput], n_vocab: int, model: str) -> None:

@@ -2,12 +2,13 @@
 
 Generations, score, beam search, next-token reads, embeddings (local) and requests in flight (remote) each submit
 a `Ticket` whose `take()` claims what the work needs (a sequence slot, the embedding context, a request in
-flight) if it is free now. Only the ticket at the head may take: a kind of work that needs much never waits
-behind a stream of small ones, and none starves another. A ticket is admitted either by its own thread (`wait`:
-blocking callers) or by whoever runs `admit()` under the lock (the scheduler's step, a freed slot), which then
-calls its `on_admit`. Past `ADMISSION_TIMEOUT_S` at the head without room, a ticket fails with one message naming
-the config key that adds capacity. Nothing here waits on its own except `wait`, and the pool behind `take` never
-does.
+flight) if it is free now. Only the first ticket waiting for a capacity may take: a kind of work that needs much
+never waits behind a stream of small ones, and none starves another. Capacities are apart (`Ticket.needs`): a
+generation waiting for a slot never waits behind embeddings calls queued for the embedding context, nor they
+behind it. A ticket is admitted either by its own thread (`wait`: blocking callers) or by whoever runs `admit()`
+under the lock (the scheduler's step, a freed slot), which then calls its `on_admit`. Past `ADMISSION_TIMEOUT_S`
+first in line without room, a ticket fails with one message naming the config key that adds capacity. Nothing
+here waits on its own except `wait`, and the pool behind `take` never does.
 """
 
 from __future__ import annotations
@@ -25,11 +26,16 @@ from llmhost.domain.limits import ADMISSION_TIMEOUT_S
 # A caller waiting with a cancellation check looks at it this often (a cancelled run leaves the queue by then).
 CHECK_EVERY_S = 0.1
 
+# The capacity most work needs (a model's sequence slots, a remote server's requests in flight); a local model's
+# embedding context is another (`Ticket.needs`).
+SLOTS = "slots"
+
 
 @dataclass(eq=False)  # compared by identity
 class Ticket:
     kind: str  # what waits: "generation", "score", "beam-search", "next-logits", "embeddings", "request"
     take: Callable[[], bool]  # claim the capacity now if it is free (lock held); True when claimed
+    needs: str = SLOTS  # which capacity `take` claims: tickets wait in arrival order for each one apart
     on_admit: Callable[[], None] = lambda: None  # runs (lock held) right after `take` succeeded
     on_fail: Callable[[LlmError], None] = lambda error: None  # runs (lock held) when the ticket times out
     submitted_at: float = field(default_factory=time.monotonic)
@@ -89,25 +95,29 @@ class AdmissionQueue:
                 self._changed.notify_all()  # the next ticket may be the head now
 
     def admit(self, now: float | None = None) -> bool:
-        """Admit from the head while the head's `take` succeeds; fail a head that waited past the timeout. Returns
-        whether any ticket left the queue. Called with the lock held, or takes it."""
+        """Admit, for each capacity, from the first ticket waiting for it while that one's `take` succeeds; fail
+        one that waited first in line past the timeout. Returns whether any ticket left the queue. Called with the
+        lock held, or takes it."""
         with self.lock:
             now = time.monotonic() if now is None else now
             left = False
-            while self._queue:
-                head = self._queue[0]
-                if head.take():
-                    self._queue.popleft()
-                    head.admitted = True
-                    self.admitted.append(head.kind)
-                    self._on_wait(max(0.0, now - head.submitted_at))
-                    head.on_admit()
-                elif now - head.submitted_at > self._timeout_s:
-                    self._queue.popleft()
-                    head.error = self.timeout_error()
-                    head.on_fail(head.error)
+            blocked: set[str] = set()  # capacities whose first ticket could not take: the rest of them wait
+            for ticket in list(self._queue):
+                if ticket.needs in blocked:
+                    continue
+                if ticket.take():
+                    self._queue.remove(ticket)
+                    ticket.admitted = True
+                    self.admitted.append(ticket.kind)
+                    self._on_wait(max(0.0, now - ticket.submitted_at))
+                    ticket.on_admit()
+                elif now - ticket.submitted_at > self._timeout_s:
+                    self._queue.remove(ticket)
+                    ticket.error = self.timeout_error()
+                    ticket.on_fail(ticket.error)
                 else:
-                    break
+                    blocked.add(ticket.needs)
+                    continue
                 left = True
             if left:
                 self._changed.notify_all()
@@ -119,22 +129,25 @@ class AdmissionQueue:
             self.admit()
             self._changed.notify_all()
 
-    def try_enter(self, take: Callable[[], bool]) -> bool:
-        """Claim capacity now if nobody waits before us and it is free; never waits (an append that can also be
-        evaluated later)."""
+    def try_enter(self, take: Callable[[], bool], needs: str = SLOTS) -> bool:
+        """Claim capacity now if nobody waits for it before us and it is free; never waits (an append that can also
+        be evaluated later)."""
         with self.lock:
-            if self._queue or not take():
+            if any(ticket.needs == needs for ticket in self._queue) or not take():
                 return False
             self.admitted.append("direct")  # nobody waited: taken at once
             return True
 
-    def enter(self, kind: str, take: Callable[[], bool], check: Callable[[], None] | None = None) -> None:
-        """Claim capacity in turn: at once when nobody waits and it is free, else wait in the queue (`wait`)."""
+    def enter(
+        self, kind: str, take: Callable[[], bool], check: Callable[[], None] | None = None, needs: str = SLOTS
+    ) -> None:
+        """Claim capacity in turn: at once when nobody waits for it and it is free, else wait in the queue
+        (`wait`)."""
         with self.lock:
-            if self.try_enter(take):
+            if self.try_enter(take, needs):
                 self._on_wait(0.0)
             else:
-                self.wait(Ticket(kind, take), check)
+                self.wait(Ticket(kind, take, needs=needs), check)
 
     def wait(self, ticket: Ticket, check: Callable[[], None] | None = None) -> None:
         """Submit `ticket` and block until it is admitted. Raises the timeout error, or whatever `check()` raises

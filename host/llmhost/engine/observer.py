@@ -1,9 +1,9 @@
 """What a model reports for monitoring (`llmhost serve`'s metrics), as a tiny observer protocol: the engine never
 imports a metrics library, and a host without metrics pays one no-op call per event (never one per token).
 
-Events are reported where they happen (an admission, a first token, a generation's end). What is cheaper to read
-than to report (slots in use, the queue's length, decode steps and rows) the model keeps as plain numbers and
-hands over as `read()`, which the metrics call when scraped.
+Events are reported where they happen (an admission, a first token, a generation's or an embeddings call's end).
+What is cheaper to read than to report (slots in use, the queue's length, decode steps and rows) the model keeps as
+plain numbers and hands over as `read()`, which the metrics call when scraped.
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ class ModelObserver:
 
     def generation_done(self, prompt_tokens: int, generated_tokens: int) -> None:
         """A generation ended (finished, failed or cancelled) with this usage."""
+
+    def embeddings_done(self, prompt_tokens: int) -> None:
+        """An embeddings call ended with this usage (every token it evaluated)."""
 
     def attach(self, read: Callable[[], ModelGauges]) -> None:
         """The loaded model says how to read its gauges."""

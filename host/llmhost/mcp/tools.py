@@ -16,7 +16,7 @@ from typing import Any
 from wasmtime import Store, WasmtimeError
 
 from llmhost.api import Host, LinkedComponent, _cause
-from llmhost.domain.limits import ALLOWED_MODELS_KEY
+from llmhost.domain.limits import ALLOWED_MODELS_KEY, MAX_REASON_CHARS
 from llmhost.interfaces.http import HANDLER_INTERFACES
 from llmhost.mcp.schema import answer_type, structured
 from llmhost.run.scope import RunScope
@@ -50,8 +50,18 @@ class ToolAnswer:
     is_error: bool = False
     failure: str | None = None  # the guest failure kind (trap, deadline, memory) when the guest failed
     # As metrics count it, in HTTP's terms: 200 an answer (a tool error the guest returned included), 400 arguments
-    # that do not fit, 500 a trap or a memory overrun, 504 the deadline.
+    # that do not fit, 413 a body over the component's limit, 499 the client cancelled or left, 500 a trap or a
+    # memory overrun, 503 the server shut down, 504 the deadline.
     status: int = 200
+    protocol_error: bool = False  # answered as a JSON-RPC error, not a tool result (the server is shutting down)
+
+
+def clip(text: str, limit: int = MAX_REASON_CHARS) -> str:
+    """`text` cut to `limit` characters, saying how long it was: a client's value echoed in an error or a log line
+    (a 3 MB string sent for an integer) stays short."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text)} characters in all)"
 
 
 def short_interface(name: str) -> str:
@@ -146,6 +156,7 @@ class ToolComponent:
             settings.source,
             allowed_models=settings.allowed_models,
             allowed_key=settings.key(f"components.{settings.name}.{ALLOWED_MODELS_KEY}"),
+            grants=settings.grants,
         )
         self.functions, self.docs = describe(self.linked, settings.source)
 
@@ -163,7 +174,8 @@ class ToolComponent:
             values = lower_arguments(function, arguments)
         except ArgumentError as error:  # never reaches the guest
             scope.close()
-            return ToolAnswer(f"invalid arguments: {error}", is_error=True, status=400)
+            where = clip(error.path, MAX_REASON_CHARS // 3)  # a path names the client's keys
+            return ToolAnswer(f"invalid arguments: {where}: {clip(error.message)}", is_error=True, status=400)
         output = GuestOutput(self.name, request_id, max_log_bytes)
         store: Store | None = None
         try:

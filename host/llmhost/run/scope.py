@@ -111,6 +111,15 @@ class RunScope:
         self._cancelled: str | None = None
         self._tokens = 0
         self.closed = False
+        self._time_left: Callable[[], float | None] = lambda: None
+
+    # -- deadline: host calls that wait on the outside world (outbound HTTP, a store) never wait past it ----------
+    def set_time_left(self, time_left: Callable[[], float | None]) -> None:
+        """How the run's owner tells its remaining time: seconds before the run is stopped (None: no deadline)."""
+        self._time_left = time_left
+
+    def time_left(self) -> float | None:
+        return self._time_left()
 
     # -- cancellation and budget ------------------------------------------------------------------------
     @property

@@ -55,9 +55,13 @@ from llmhost.domain.types import (
     TopLogprob,
     Usage,
 )
+from llmhost.grants.outbound.messages import OutboundRequest, OutboundResponse
+from llmhost.runtime import lists
 from llmhost.runtime.host_funcs import add_func
 
 _log = logging.getLogger(__name__)
+# Lists of bytes and numbers cross between host and guest in milliseconds instead of a ctypes call per element.
+FAST_LISTS = lists.install()
 
 # WIT field name -> `InferencingParams` attribute, in WIT order. Fields marked 0.2.0 are absent from a 0.1.0
 # component's record: they take their defaults (the whole of the 0.1.0 -> 0.2.0 conversion of params).
@@ -282,6 +286,11 @@ def resource_rep(store: Any, handle: ResourceAny) -> int:
     return int(handle.to_host(store).rep)
 
 
+# The case a host bug (an error of a kind the type lacks) is reported as, by the first of these the type has: llm's
+# `runtime-error`, wasi:keyvalue's `other`, outbound-http's `connection`, wasi:config's `upstream`.
+FALLBACK_CASES = ("runtime-error", "other", "connection", "upstream")
+
+
 @dataclass(frozen=True)
 class ErrorEncoder:
     """Builds values of the WIT `error` variant from `LlmError`s.
@@ -303,7 +312,7 @@ class ErrorEncoder:
             # cases apart: refuse at link time rather than send the wrong case.
             raise TypeError("the WIT `error` type must be a variant with string payloads")
         cases = {name: payload is not None for name, payload in error_type.cases}
-        return cls(cases, "runtime-error" if "runtime-error" in cases else next(iter(cases)))
+        return cls(cases, next((c for c in FALLBACK_CASES if c in cases), next(iter(cases))))
 
     def encode(self, error: LlmError) -> Variant:
         kind = error.kind if error.kind in self.cases else self.fallback
@@ -407,6 +416,56 @@ def guarded(
             return encoder.err(LlmError(message))
 
     return host_function
+
+
+# -- wasi:keyvalue (wit/deps/keyvalue) -----------------------------------------------------------------------------
+
+
+def key_response_to_wit(keys: Iterable[str], cursor: str | None) -> Record:
+    """`store.key-response`: one page of keys, and the cursor of the next (none: the last page)."""
+    return _record({"keys": [_string(key) for key in keys], "cursor": cursor})
+
+
+def key_values_from_wit(pairs: Iterable[Any]) -> list[tuple[str, bytes]]:
+    """`list<tuple<string, list<u8>>>` -> (key, value) pairs."""
+    return [(str(key), bytes(value)) for key, value in pairs]
+
+
+def optional_key_values_to_wit(pairs: Iterable[tuple[str, bytes] | None]) -> list[tuple[str, bytes] | None]:
+    """`list<option<tuple<string, list<u8>>>>` (batch `get-many`)."""
+    return [None if pair is None else (_string(pair[0]), bytes(pair[1])) for pair in pairs]
+
+
+@dataclass(frozen=True)
+class CasSwapEncoder:
+    """Values of `atomics.swap`'s `result<_, cas-error>`, where `cas-error` is `store-error(error)` or `cas-failed(cas)`
+    (an untagged variant in wasmtime-py: the payload's class picks the case), so `ResultEncoder` cannot build it."""
+
+    tagged: bool  # the result
+    cas_error_tagged: bool
+    errors: ErrorEncoder
+
+    @classmethod
+    def from_wit(cls, result_type: ValType | None) -> CasSwapEncoder:
+        if not isinstance(result_type, ResultType) or not isinstance(result_type.err, VariantType):
+            raise TypeError("expected swap's result<_, cas-error>")
+        store_error = dict(result_type.err.cases).get("store-error")
+        if store_error is None:
+            raise TypeError("expected swap's cas-error to have a store-error case")
+        return cls(result_type._tagged(), result_type.err._tagged(), ErrorEncoder.from_wit(store_error))
+
+    def ok(self) -> Any:
+        return Variant("ok", None) if self.tagged else None
+
+    def store_error(self, error: LlmError) -> Any:
+        value = self.errors.encode(error)
+        return self._err(Variant("store-error", value) if self.cas_error_tagged else value)
+
+    def cas_failed(self, cas: ResourceHost) -> Any:
+        return self._err(Variant("cas-failed", cas) if self.cas_error_tagged else cas)
+
+    def _err(self, value: Any) -> Any:
+        return Variant("err", value) if self.tagged else value
 
 
 # -- HTTP (wit/http.wit): requests, responses and the response-writer handle -------------------------------------
@@ -532,3 +591,28 @@ def beam_params_from_wit(value: Any) -> BeamParams:
 
 def beam_to_wit(sequence: ResourceHost, score: float) -> Record:
     return _record({"sequence": sequence, "score": float(score)})
+
+
+# -- outbound HTTP (wit/outbound-http.wit, 0.2.3): the request a guest sends, the response it gets -----------------
+
+
+def outbound_request_from_wit(value: Any) -> OutboundRequest:
+    """The WIT `outbound-http.request` record -> `OutboundRequest` (checked by `grants.outbound.policy`)."""
+    timeout_ms = getattr(value, "timeout-ms")
+    return OutboundRequest(
+        method=str(value.method),
+        url=str(value.url),
+        headers=tuple(http_fields_from_wit(value.headers)),
+        body=None if value.body is None else bytes(value.body),
+        timeout_s=None if timeout_ms is None else int(timeout_ms) / 1000,
+    )
+
+
+def outbound_response_to_wit(response: OutboundResponse) -> Record:
+    return _record(
+        {
+            "status": response.status,
+            "headers": [(_string(name), _string(value)) for name, value in response.headers],
+            "body": bytes(response.body),
+        }
+    )

@@ -19,6 +19,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -169,7 +170,7 @@ def start_optimizing(wasm: Path, cache_file: Path, note: Callable[[str], None]) 
         return False  # another run is compiling it already
     os.close(fd)
     command = [sys.executable, "-m", "llmhost.runtime.optimize", str(wasm), str(cache_file), str(lock)]
-    subprocess.Popen(
+    process = subprocess.Popen(
         command,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -177,5 +178,8 @@ def start_optimizing(wasm: Path, cache_file: Path, note: Callable[[str], None]) 
         start_new_session=True,  # outlives `llmhost run`, and is not killed by its Ctrl-C
         preexec_fn=lambda: os.nice(10),  # noqa: PLW1509  (only the child's priority; nothing else runs here)
     )
+    # Reaped when it ends, or it would stay a zombie for as long as this process runs (a server: its whole life).
+    # A daemon thread: a short-lived `llmhost run` exits without waiting for it (init then reaps it).
+    threading.Thread(target=process.wait, name=f"llmhost-optimize-{process.pid}", daemon=True).start()
     note(f"optimizing {wasm.name} in the background (used from the next run)")
     return True

@@ -63,6 +63,8 @@ from wasmtime.component import VariantType as _VariantType
 from wasmtime.component._enter import catch_exceptions
 from wasmtime.component._types import VariantLikeType
 
+from llmhost.runtime import lists
+
 # Lowering: every `lower(store, value, out)` writes `value` into `out` (a `wasmtime_component_val_t`) whole, or
 # raises and leaves `out` as it was, so that a failed lowering never leaves wasmtime a half-built value to free.
 # Names (record fields, variant cases) are encoded once; each string wasmtime will own takes one C call.
@@ -226,17 +228,25 @@ class _Tuple(_Node):
 
 
 class _List(_Node):
-    convert_from_c = ListType.convert_from_c
     add_classes = ListType.add_classes
 
-    def __init__(self, element: Any, is_bytes: bool) -> None:
+    def __init__(self, element: Any, is_bytes: bool, number: tuple[int, str] | None = None) -> None:
         self.element = element
         self.bytes = is_bytes
+        self.number = number  # bytes, u32s, f32s: a few slices, not a C call per element (runtime/lists.py)
 
     def _is_bytes(self) -> bool:
         return self.bytes
 
+    def convert_from_c(self, c: Any) -> Any:
+        if self.number is not None:
+            return lists.lift_numbers(c, self.number)
+        return ListType.convert_from_c(self, c)  # type: ignore[arg-type]  # it reads only `element`, `_is_bytes`
+
     def lower(self, store: Any, value: Any, out: Any) -> None:
+        if self.number is not None:
+            lists.lower_numbers(value, self.number, out)
+            return
         if not isinstance(value, bytes if self.bytes else list):
             raise TypeError("expected bytes value" if self.bytes else "expected list value")
         raw, new, delete = (
@@ -336,7 +346,8 @@ def snapshot(ty: Any) -> Any:
     if isinstance(ty, TupleType):
         return _Tuple([snapshot(element) for element in ty.elements])
     if isinstance(ty, ListType):
-        return _List(snapshot(ty.element), ty._is_bytes())
+        element = ty.element
+        return _List(snapshot(element), ty._is_bytes(), lists.number_kind(element) if lists.FAST else None)
     if isinstance(ty, _VariantType):
         return _Variant([(name, snapshot(case)) for name, case in ty.cases])
     if isinstance(ty, OptionType):

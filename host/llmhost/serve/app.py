@@ -36,6 +36,7 @@ from llmhost.serve.component import (
 )
 from llmhost.serve.config import ComponentSettings
 from llmhost.serve.deadline import Deadline
+from llmhost.serve.front import read_body
 from llmhost.serve.metrics import NO_COMPONENT, RequestObserver
 
 _log = logging.getLogger("llmhost.serve")
@@ -249,6 +250,7 @@ class Exchange:
         budget = TokenBudget(limits.max_tokens, component.settings.limit_key("max_tokens"))
         scope = self._scope = RunScope(f"request to {component.name}", budget)
         deadline = Deadline(self._arrived, limits.deadline_s, limits.max_duration_s)
+        scope.set_time_left(deadline.left)  # host calls that wait (outbound HTTP) never outlive the request
         request = HttpRequest(self.method, self.path_with_query, self.headers, body)
         writer = ThreadWriter(self, deadline)
         work = self._loop.run_in_executor(
@@ -360,21 +362,12 @@ class Exchange:
     async def _read_body(self, limit: int) -> bytes | None:
         """The whole body, or None when it is over `limit` (or the client left)."""
         declared = dict(self.headers).get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
-            return None  # refused before reading a byte of it
-        chunks, size = [], 0
-        while True:
-            message = await self._receive()
-            if message["type"] == "http.disconnect":
-                self.closed = _CLIENT_GONE
-                return None
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                return None
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
+        body = await read_body(self._receive, int(declared) if declared.isdigit() else None, limit)
+        if isinstance(body, bytes):
+            return body
+        if body == 0:
+            self.closed = _CLIENT_GONE
+        return None
 
     async def _watch_disconnect(self, scope: RunScope) -> None:
         message = await self._receive()

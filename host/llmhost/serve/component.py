@@ -20,6 +20,7 @@ from llmhost.interfaces.http import (
     define_http,
     writers_of,
 )
+from llmhost.interfaces.linker import GRANT_INTERFACES
 from llmhost.interfaces.llm import INTERFACES as LLM_INTERFACES
 from llmhost.interfaces.sequences import INTERFACES as SEQUENCES_INTERFACES
 from llmhost.run.scope import RunScope
@@ -48,7 +49,7 @@ def guest_lines(text: str) -> list[str]:
     return [escape_controls(line.removesuffix("\r")) for line in lines]
 
 
-PROVIDED_INTERFACES = (*LLM_INTERFACES, *SEQUENCES_INTERFACES, *HTTP_INTERFACES)
+PROVIDED_INTERFACES = (*LLM_INTERFACES, *SEQUENCES_INTERFACES, *HTTP_INTERFACES, *GRANT_INTERFACES)
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class HttpComponent:
             settings.source,
             allowed_models=settings.allowed_models,
             allowed_key=settings.key(f"components.{settings.name}.{ALLOWED_MODELS_KEY}"),
+            grants=settings.grants,
             extra={name: lambda instance, imported: define_http(instance, imported) for name in HTTP_INTERFACES},
         )
         self.compiled = linked.compiled

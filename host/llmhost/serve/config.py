@@ -16,7 +16,9 @@ from pydantic import Field, field_validator
 from llmhost.config import (
     ConfigError,
     EngineConfig,
+    GrantsConfig,
     HostConfig,
+    KeyValueStoreConfig,
     LlamaCppEngineConfig,
     ModelConfig,
     SandboxConfig,
@@ -25,7 +27,10 @@ from llmhost.config import (
     alias_map,
     check_aliases,
     default_cache_dir,
+    default_data_dir,
+    default_stores,
     read_config,
+    stores_relative_to,
 )
 from llmhost.domain.limits import (
     BUILTIN_MODELS,
@@ -43,6 +48,7 @@ from llmhost.domain.limits import (
     DEFAULT_SHUTDOWN_GRACE_S,
     METRICS_LISTEN_KEY,
 )
+from llmhost.grants import Grants
 from llmhost.serve.auth import ApiKeys, load_api_keys
 
 
@@ -66,7 +72,7 @@ class LimitOverrides(_Section):
     max_tokens: int | None = Field(None, ge=1)
 
 
-class ComponentConfig(_Section):
+class ComponentConfig(GrantsConfig):  # grants: key-value stores, config values, outbound hosts
     source: Path  # the component (.wasm); relative to the config file
     allowed_models: list[str] | None = None  # None: every configured model
     env: dict[str, str] = Field(default_factory=dict)  # environment variables granted to the guest
@@ -88,6 +94,8 @@ class AppConfig(_Section):
     # A file of accepted API keys, one per line (see `auth`); keys never appear in the config itself.
     api_keys_file: Path | None = None
     cache_dir: Path = Field(default_factory=default_cache_dir)
+    data_dir: Path = Field(default_factory=default_data_dir)  # where the `default` key-value store lives
+    key_value: dict[str, KeyValueStoreConfig] = Field(default_factory=default_stores)
     engine: EngineConfig = Field(default_factory=LlamaCppEngineConfig)
     models: dict[str, ModelConfig] = Field(default_factory=lambda: {name: ModelConfig() for name in BUILTIN_MODELS})
     limits: Limits = Field(default_factory=Limits)
@@ -113,7 +121,13 @@ class AppConfig(_Section):
         return check_aliases(models)
 
     def host_config(self) -> HostConfig:
-        return HostConfig(engine=self.engine, models=self.models, cache_dir=self.cache_dir)
+        return HostConfig(
+            engine=self.engine,
+            models=self.models,
+            cache_dir=self.cache_dir,
+            data_dir=self.data_dir,
+            key_value=self.key_value,
+        )
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -141,6 +155,8 @@ class ComponentSettings:
     limits: Limits
     limit_keys: dict[str, str]  # limit field name -> the key that set it, e.g. "components.chat.limits.deadline-s"
     origin: str  # the config file, or "the command line"
+    # Key-value stores, config values and outbound hosts (resolved: `{ env = ... }` values read at load).
+    grants: Grants = field(default_factory=Grants)
 
     def key(self, name: str) -> str:
         """A key as messages name it: `components.chat.allowed-models` in llmhost.toml."""
@@ -184,7 +200,10 @@ def _relative_to(config: AppConfig, base: Path) -> AppConfig:
         for name, c in config.components.items()
     }
     keys = fix(config.api_keys_file)
-    return config.model_copy(update={"models": models, "components": components, "api_keys_file": keys})
+    update = {"models": models, "components": components, "api_keys_file": keys}
+    update["key_value"] = stores_relative_to(config.key_value, base)
+    update["data_dir"] = fix(config.data_dir)
+    return config.model_copy(update=update)
 
 
 def single_component(config: AppConfig, app: Path) -> AppConfig:
@@ -257,6 +276,7 @@ def _settings(
         for field in Limits.model_fields
     }
     sandbox = SandboxConfig(
+        **{key: getattr(component, key) for key in GrantsConfig.model_fields},
         env=component.env,
         read_only_dir=component.read_only_dir,
         guest_dir=component.guest_dir,
@@ -266,7 +286,11 @@ def _settings(
     allowed = (
         frozenset(aliases.get(m, m) for m in component.allowed_models) if component.allowed_models is not None else None
     )
-    return ComponentSettings(name, component.source, allowed, sandbox, limits, keys, origin)
+    try:
+        grants = Grants.from_config(component, f"components.{name}")
+    except ConfigError as error:
+        raise ConfigError(f"{origin}: {error}") from None
+    return ComponentSettings(name, component.source, allowed, sandbox, limits, keys, origin, grants)
 
 
 def settings_for(

@@ -54,8 +54,9 @@ class ServeMetrics(RequestObserver):
             "or logged more than max-log-bytes.", ["component", "kind"], registry=registry,
         )  # fmt: skip
         self.prompt_tokens = prom.Counter(
-            "llmhost_prompt_tokens_total", "Prompt tokens of the generations that ran.", ["model"], registry=registry
-        )
+            "llmhost_prompt_tokens_total", "Prompt tokens of the generations and embeddings calls that ran.", ["model"],
+            registry=registry,
+        )  # fmt: skip
         self.generated_tokens = prom.Counter(
             "llmhost_generated_tokens_total", "Tokens generated (sampled), as in the responses' usage.", ["model"],
             registry=registry,
@@ -128,6 +129,9 @@ class _ModelMetrics(ModelObserver):
     def generation_done(self, prompt_tokens: int, generated_tokens: int) -> None:
         self._prompt.inc(prompt_tokens)
         self._generated.inc(generated_tokens)
+
+    def embeddings_done(self, prompt_tokens: int) -> None:
+        self._prompt.inc(prompt_tokens)
 
     def attach(self, read: Callable[[], ModelGauges]) -> None:
         self.read = read

@@ -1,22 +1,14 @@
 """The metrics listener (`metrics-listen`): `GET /metrics` (Prometheus text format), `/healthz` (200 while the
 process serves) and `/readyz` (200 once every component is compiled and the models its routes need are loaded; 503
-before that and during shutdown). A plain threaded WSGI server on its own port, apart from the apps' event loop: a
-scrape never waits behind guest traffic, and API keys do not apply to it.
+before that and during shutdown). An ASGI app on its own port, served through the same front as the apps
+(`front`: header timeout, connection cap, body limit, framing checks) on a thread and event loop of its own, apart
+from the apps' loop: a scrape never waits behind guest traffic, and API keys do not apply to it.
 """
 
 from __future__ import annotations
 
-import socket
-import threading
-from collections.abc import Callable, Iterable
-from socketserver import ThreadingMixIn
-from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
-
+from llmhost.serve.front import AsgiApp, Front, Guarded, Listener, Receive, Scope, Send
 from llmhost.serve.metrics import ServeMetrics
-
-StartResponse = Callable[..., Any]
-WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
 class Readiness:
@@ -26,60 +18,37 @@ class Readiness:
         self.ready = False
 
 
-def probes_app(metrics: ServeMetrics, readiness: Readiness) -> WsgiApp:
-    """The listener's WSGI app."""
-    from prometheus_client import make_wsgi_app
+def probes_app(metrics: ServeMetrics, readiness: Readiness) -> AsgiApp:
+    """The listener's ASGI app."""
+    from prometheus_client import make_asgi_app
 
-    serve_metrics = make_wsgi_app(metrics.registry)
+    serve_metrics = make_asgi_app(metrics.registry)
 
-    def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO", "")
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        path = scope.get("path", "")
         if path == "/metrics":
-            return serve_metrics(environ, start_response)
-        if path == "/healthz":
-            return _text(start_response, "200 OK", "ok\n")
-        if path == "/readyz":
-            if readiness.ready:
-                return _text(start_response, "200 OK", "ready\n")
-            return _text(start_response, "503 Service Unavailable", "not ready\n")
-        return _text(start_response, "404 Not Found", "not found: this listener serves /metrics, /healthz, /readyz\n")
+            await serve_metrics(scope, receive, send)
+        elif path == "/healthz":
+            await _text(send, 200, "ok\n")
+        elif path == "/readyz":
+            await _text(send, 200, "ready\n") if readiness.ready else await _text(send, 503, "not ready\n")
+        else:
+            await _text(send, 404, "not found: this listener serves /metrics, /healthz, /readyz\n")
 
     return app
 
 
-def _text(start_response: StartResponse, status: str, body: str) -> list[bytes]:
+async def _text(send: Send, status: int, body: str) -> None:
     data = body.encode()
-    start_response(status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(data)))])
-    return [data]
+    headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(data)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data, "more_body": False})
 
 
-class _Handler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
-        """Scrapes are not logged (one every few seconds would drown the request log)."""
-
-
-class _Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
-class ProbeListener:
+class ProbeListener(Listener):
     """The listener, serving on a daemon thread from `start()` until `stop()`."""
 
-    def __init__(self, host: str, port: int, metrics: ServeMetrics, readiness: Readiness) -> None:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        server_class = type("_ProbeServer", (_Server,), {"address_family": family})
-        try:
-            self._server: WSGIServer = make_server(
-                host, port, probes_app(metrics, readiness), server_class=server_class, handler_class=_Handler
-            )
-        except OSError as error:
-            raise OSError(f"cannot listen on {host}:{port} for metrics-listen: {error.strerror}") from None
-        self.address: tuple[str, int] = self._server.server_address[:2]
-        self._thread = threading.Thread(target=self._server.serve_forever, name="llmhost-metrics", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+    def __init__(self, host: str, port: int, metrics: ServeMetrics, readiness: Readiness, front: Front) -> None:
+        super().__init__(Guarded(probes_app(metrics, readiness), front), host, port, front, "metrics-listen")

@@ -3,7 +3,9 @@
 uvicorn closes idle keep-alive connections but sets no limit on how long a client may take to send a request's
 head, so slow-loris clients (a byte a second) keep connections open for as long as they like. This protocol
 closes a connection whose request line and headers have not all arrived `header_timeout_s` after the connection
-opened, or after its previous response ended.
+opened, or after its previous response ended. A request answered before its body was read (413 on its declared
+length, 401) keeps its connection while the rest of the body is read and dropped, so that the client, still
+sending, gets to read the answer; that rest must arrive within `header_timeout_s` too.
 
 h11 waits for a request's whole head before it parses the request line, and takes any chunk size of up to 20 hex
 digits, so an HTTP/0.9 request (`GET /`, no version) waited for the header timeout and a chunk of 2^80 bytes for
@@ -68,7 +70,9 @@ def protocol_with_header_timeout(header_timeout_s: float, max_body_bytes: int = 
                 if b"\n" in data and (problem := framing_problem(self.conn.trailing_data[0])) is not None:
                     self._refuse(400, problem)
                 return
-            self._disarm_head_timer()  # the whole head of a request has arrived
+            if self.conn.our_state is not h11.DONE:
+                self._disarm_head_timer()  # the whole head of a request has arrived
+            # (else it was answered before its body was read, e.g. 413: the rest is drained under the timer)
             if state is h11.SEND_BODY:
                 # h11 keeps the size of the chunk being read here (not part of its API: absent, nothing is checked)
                 remaining = getattr(getattr(self.conn, "_reader", None), "_bytes_in_chunk", 0)
@@ -107,7 +111,8 @@ def protocol_with_header_timeout(header_timeout_s: float, max_body_bytes: int = 
 
         def _head_timed_out(self) -> None:
             self._head_timer = None
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            draining = self.conn.their_state is h11.SEND_BODY and self.conn.our_state is h11.DONE
+            if (self.conn.their_state is h11.IDLE or draining) and not self.transport.is_closing():
                 self.transport.close()
 
     return HeaderTimeoutProtocol

@@ -10,138 +10,32 @@ streaming are a few dozen lines that a framework would not save.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import errno
 import logging
 import os
-import resource
-import signal
-import socket
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
-
-import uvicorn
 
 from llmhost.api import Host
 from llmhost.config import FakeEngineConfig
-from llmhost.domain.limits import FD_RESERVE, FD_WARNING_INTERVAL_S, FDS_PER_REQUEST, SHUTDOWN_CANCEL_MARGIN_S
+from llmhost.domain.limits import SHUTDOWN_CANCEL_MARGIN_S
 from llmhost.engine.observer import no_observers
 from llmhost.engine.registry import Registry, create_registry
 from llmhost.serve.app import ServeApp
 from llmhost.serve.component import HttpComponent
 from llmhost.serve.config import ServeSettings
+from llmhost.serve.front import DescriptorWarnings as DescriptorWarnings
+from llmhost.serve.front import bind as bind
+from llmhost.serve.front import fit_descriptors, front_of, front_server
+from llmhost.serve.front import plan_descriptors as plan_descriptors
+from llmhost.serve.front import url_host as url_host
 from llmhost.serve.metrics import ServeMetrics
 from llmhost.serve.probes import ProbeListener, Readiness
-from llmhost.serve.protocol import protocol_with_header_timeout
 
 _log = logging.getLogger("llmhost.serve")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-
-
-class _Server(uvicorn.Server):
-    """uvicorn's server with our own signal handling: on SIGINT/SIGTERM it stops accepting and lets in-flight
-    requests finish (bounded by `timeout_graceful_shutdown`), and the process then exits 0 — uvicorn's own
-    handler re-raises the signal after shutting down, which would end the process with the signal's status."""
-
-    def __init__(
-        self, config: uvicorn.Config, on_started: Callable[[], None], on_shutdown: Callable[[], None] = lambda: None
-    ) -> None:
-        super().__init__(config)
-        self._on_started = on_started
-        self._on_shutdown = on_shutdown
-        self._shutdown_begun = False
-
-    def handle_exit(self, sig: int, frame: Any) -> None:
-        super().handle_exit(sig, frame)
-        if not self._shutdown_begun:
-            self._shutdown_begun = True
-            self._on_shutdown()
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        originals = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for sig, handler in originals.items():
-                signal.signal(sig, handler)
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        asyncio.get_running_loop().set_exception_handler(DescriptorWarnings().handle)
-        await super().startup(sockets)
-        if self.started:
-            self._on_started()
-
-
-class DescriptorWarnings:
-    """The event loop's exception handler: when descriptors run out (accept fails with EMFILE/ENFILE, and asyncio
-    retries a second later), one warning per `FD_WARNING_INTERVAL_S` instead of a traceback each time;
-    everything else goes to asyncio's default handler."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._last: float | None = None
-        self.suppressed = 0
-
-    def handle(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        error = context.get("exception")
-        if not (isinstance(error, OSError) and error.errno in (errno.EMFILE, errno.ENFILE)):
-            loop.default_exception_handler(context)
-            return
-        now = self._clock()
-        if self._last is not None and now - self._last < FD_WARNING_INTERVAL_S:
-            self.suppressed += 1
-            return
-        self._last = now
-        more = f" ({self.suppressed} more since the last warning)" if self.suppressed else ""
-        self.suppressed = 0
-        _log.warning(
-            "out of file descriptors (%s): new connections wait until some close%s; lower `max-connections` or "
-            "raise the open-files limit (ulimit -n)",
-            error.strerror,
-            more,
-        )
-
-
-def plan_descriptors(max_connections: int, max_concurrency: int, soft: int, hard: int) -> tuple[int, int]:
-    """The soft RLIMIT_NOFILE to set and the max-connections to serve with: connections plus the reserve
-    (`FD_RESERVE`, `FDS_PER_REQUEST` per running request) must fit; the soft limit is raised as far as the
-    hard one allows, and max-connections lowered only when that is not enough."""
-    reserve = FD_RESERVE + FDS_PER_REQUEST * max_concurrency
-    needed = max_connections + reserve
-    if soft == resource.RLIM_INFINITY or soft >= needed:
-        return soft, max_connections
-    new_soft = max(soft, needed if hard == resource.RLIM_INFINITY else min(needed, hard))
-    return new_soft, max(1, min(max_connections, new_soft - reserve))
-
-
-def fit_descriptors(max_connections: int, max_concurrency: int) -> int:
-    """Check max-connections against RLIMIT_NOFILE at start-up (raising the soft limit when it is too low);
-    returns the max-connections to serve with, said in one log line when lowered."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    new_soft, connections = plan_descriptors(max_connections, max_concurrency, soft, hard)
-    if new_soft != soft:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (new_soft, hard))
-        _log.info("raised the open-files limit (RLIMIT_NOFILE) from %d to %d for max-connections", soft, new_soft)
-    if connections < max_connections:
-        _log.warning(
-            "max-connections lowered from %d to %d: the open-files limit is %d (hard limit %s) and %d descriptors "
-            "are kept for the server itself and its running requests",
-            max_connections,
-            connections,
-            new_soft,
-            "unlimited" if hard == resource.RLIM_INFINITY else hard,
-            new_soft - connections,
-        )
-    return connections
 
 
 def configure_logging(level: str) -> None:
@@ -150,24 +44,6 @@ def configure_logging(level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-
-
-def url_host(host: str) -> str:
-    """A listening address's host as a URL writes it: an IPv6 address in brackets."""
-    return f"[{host}]" if ":" in host else host
-
-
-def bind(host: str, port: int) -> socket.socket:
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    sock = socket.socket(family, kind, proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind(address)
-    except OSError as error:
-        sock.close()
-        raise OSError(f"cannot listen on {host}:{port}: {error.strerror}") from None
-    sock.set_inheritable(True)
-    return sock
 
 
 def run(settings: ServeSettings, log_level: str = "info") -> int:
@@ -188,7 +64,7 @@ def observed_host(
     metrics = listener = None
     if settings.metrics_listen is not None:
         metrics = ServeMetrics(settings.components, config.models)
-        listener = ProbeListener(*settings.metrics_listen, metrics, readiness)
+        listener = ProbeListener(*settings.metrics_listen, metrics, readiness, front_of(settings))
         listener.start()
         shown_host, shown_port = listener.address
         _log.info("metrics on http://%s:%d/metrics (and /healthz, /readyz)", url_host(shown_host), shown_port)
@@ -201,6 +77,13 @@ def observed_host(
         engine.close()
         if listener is not None:
             listener.stop()
+
+
+def fit_connections(settings: ServeSettings) -> int:
+    """`max-connections` for the apps' listener, fitted to the open-files limit (`front.fit_descriptors`); the
+    metrics listener's connections are counted too."""
+    metrics = settings.max_connections if settings.metrics_listen is not None else 0
+    return fit_descriptors(settings.max_connections, settings.max_concurrency, metrics)
 
 
 def needed_models(settings: ServeSettings) -> list[str]:
@@ -227,7 +110,7 @@ def _serve(
         # and models load on first use).
         for model in needed_models(settings):
             engine.engine(model).model_info(model)
-    max_connections = fit_descriptors(settings.max_connections, settings.max_concurrency)
+    max_connections = fit_connections(settings)
     sock = bind(*settings.listen)
     executor = ThreadPoolExecutor(max_workers=settings.max_concurrency, thread_name_prefix="llmhost-request")
     app = ServeApp(
@@ -238,21 +121,6 @@ def _serve(
         settings.max_log_bytes,
         settings.api_keys,
         observer=metrics,
-    )
-    uvicorn_config = uvicorn.Config(
-        app,
-        http=protocol_with_header_timeout(
-            settings.header_timeout_s, max(c.limits.max_body_bytes for c in settings.components.values())
-        ),
-        # Connections at once, idle keep-alive ones included: more are answered 503 (and slow-loris ones are
-        # closed by the header timeout, so they cannot hold the places for long).
-        limit_concurrency=max_connections,
-        loop="asyncio",
-        ws="none",
-        lifespan="off",
-        log_config=None,
-        access_log=False,  # ServeApp logs one line per request itself, with status, duration and tokens
-        timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
     )
     host_name, port = sock.getsockname()[:2]
     engine_kind = "fake engine" if isinstance(settings.host.engine, FakeEngineConfig) else "llama.cpp"
@@ -271,7 +139,7 @@ def _serve(
         timer.daemon = True
         timer.start()
 
-    server = _Server(uvicorn_config, started, begin_shutdown)
+    server = front_server(app, front_of(settings), max_connections, started, begin_shutdown)
     try:
         server.run(sockets=[sock])
     finally:

@@ -32,7 +32,9 @@ def build_component(
     if is_js(app_dir):
         from llmhost.toolchains import javascript
 
-        return javascript.build_component(app_dir, Path(output), world, wit or wit_dir(), cache_dir, note)
+        # A source importing an earlier version (`from "llmhost:llm/llm@0.2.1"`) builds against that version's WIT.
+        wit = wit or javascript.source_wit(app_dir, wit_dir())
+        return javascript.build_component(app_dir, Path(output), world, wit, cache_dir, note)
     return build_python(app_dir, output, world, cache_dir=cache_dir, note=note, wit=wit)
 
 
@@ -54,5 +56,5 @@ def bindings(app_dir: Path, output: Path, world: str | None = None, cache_dir: P
     if is_js(app_dir):
         from llmhost.toolchains import javascript
 
-        return javascript.bindings(app_dir, output, world, wit_dir(), cache_dir)
+        return javascript.bindings(app_dir, output, world, javascript.source_wit(app_dir, wit_dir()), cache_dir)
     return python_bindings(app_dir, output, world)

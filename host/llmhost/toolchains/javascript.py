@@ -149,6 +149,15 @@ def detect_world(app_dir: Path) -> str:
     )
 
 
+def source_wit(app_dir: Path, wit: Path) -> Path:
+    """The WIT folder of the `llmhost:llm` version the guest's sources import (`llmhost:llm/llm@0.2.1`), so that a
+    guest written against an earlier version builds unchanged; the current version when they name none."""
+    from llmhost.toolchains.python import referenced_version
+
+    texts = [path.read_text(encoding="utf-8") for path in _sources(app_dir) if path.suffix != ".json"]
+    return referenced_version(texts, wit, str(app_dir / APP_FILE))
+
+
 def build_key(app_dir: Path, wit: Path, world: str) -> str:
     digest = hashlib.sha256(f"js|world={world}|componentize-js={COMPONENTIZE_JS_VERSION}".encode())
     digest_files(digest, "app", app_dir, _sources(app_dir))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -202,21 +203,69 @@ def bindings(app_dir: Path, output: Path, world: str | None = None, wit: Path | 
     return output
 
 
+_PACKAGE_LINE = re.compile(r"^\s*package\s+llmhost:llm@(\d+\.\d+\.\d+)\s*;", re.M)
+_LLM_REFERENCE = re.compile(r"\bllmhost:llm/[a-z][a-z0-9-]*@(\d+\.\d+\.\d+)")
+
+
+def shipped_versions(wit: Path) -> dict[str, Path]:
+    """Each `llmhost:llm` version in a WIT directory as llmhost ships it: the current one at the top, earlier ones
+    in their own folders (`0.2.2/`, ...) -> the folder holding its files."""
+    found = {}
+    for folder in (wit, *sorted(p for p in wit.iterdir() if p.is_dir() and p.name != "deps")):
+        llm = folder / "llm.wit"
+        if llm.is_file() and (match := _PACKAGE_LINE.search(llm.read_text(encoding="utf-8"))):
+            found[match.group(1)] = folder
+    return found
+
+
+def referenced_version(texts: Iterable[str], wit: Path, where: str) -> Path:
+    """The folder of the one `llmhost:llm` version that guest sources (WIT, or JavaScript imports) name, e.g.
+    `import llmhost:llm/llm@0.2.2;`; the current version when they name none. A guest written against an earlier
+    version builds against that version, unchanged."""
+    versions = shipped_versions(wit)
+    named = sorted({m.group(1) for text in texts for m in _LLM_REFERENCE.finditer(text)})
+    if not named:
+        return wit
+    if len(named) > 1:
+        raise BuildError(f"{where} names llmhost:llm at several versions ({', '.join(named)}): use one of them")
+    if named[0] not in versions:
+        raise BuildError(
+            f"{where} names llmhost:llm@{named[0]}, which this llmhost does not ship (it has "
+            f"{', '.join(sorted(versions))}): change the version in the import"
+        )
+    return versions[named[0]]
+
+
+def copy_package(source: Path, deps: Path) -> None:
+    """One `llmhost:llm` version's files as a dependency (`deps/llmhost-llm/`), with the standard packages its
+    worlds import (`deps/` of llmhost's WIT: wasi:keyvalue, wasi:config)."""
+    llm = deps / "llmhost-llm"
+    if not llm.exists():
+        llm.mkdir(parents=True)
+        for path in sorted(source.glob("*.wit")):  # one version only: a package per directory
+            shutil.copyfile(path, llm / path.name)
+    standard = wit_dir() / "deps"
+    if standard.is_dir():
+        for package in sorted(p for p in standard.iterdir() if p.is_dir()):
+            if not (deps / package.name).exists():
+                shutil.copytree(package, deps / package.name)
+
+
 @contextlib.contextmanager
 def guest_wit(app_dir: Path, wit: Path) -> Iterator[Path]:
     """The WIT directory a guest builds against: llmhost's; or, for a guest of its own world (`wit/` beside app.py),
-    its WIT package with llmhost's current one as a dependency (so it can `import llmhost:llm/llm@VERSION`)."""
-    if not wit_files(app_dir):
+    its WIT package with the llmhost version it names as a dependency (so it can `import llmhost:llm/llm@VERSION`
+    or `include llmhost:llm/platform@VERSION`)."""
+    files = wit_files(app_dir)
+    if not files:
         yield wit
         return
+    texts = [path.read_text(encoding="utf-8") for path in files]
+    source = referenced_version(texts, wit, str(app_dir / WIT_DIR))
     with tempfile.TemporaryDirectory(prefix="llmhost-wit-") as tmp:
         combined = Path(tmp) / "wit"
         shutil.copytree(app_dir / WIT_DIR, combined)
-        llm = combined / "deps" / "llmhost-llm"
-        if not llm.exists():
-            llm.mkdir(parents=True)
-            for path in sorted(wit.glob("*.wit")):  # the current version only: a package per directory
-                shutil.copyfile(path, llm / path.name)
+        copy_package(source, combined / "deps")
         yield combined
 
 

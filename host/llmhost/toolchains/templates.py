@@ -16,10 +16,12 @@ TEMPLATES = {
     "openai-compat": "openai-compat",
     "chat": "chat-http",
     "mcp-tool": "mcp-tools",
+    "agent": "agent",
 }
 # --lang js: template name -> example directory (the JavaScript examples)
 JS_TEMPLATES = {"command": "hello-js", "http-app": "http-hello-js"}
 FILES = ("README.md", "pyproject.toml")  # and every .py file: app.py and the modules it imports (openai-compat)
+CONFIG_FILE = "llmhost.toml"  # an example's config (its grants), copied when it has one (agent)
 JS_FILES = ("README.md", "package.json", "app.js")
 
 
@@ -38,7 +40,7 @@ def examples_dir() -> Path:
 
 def create(target: Path, template: str, lang: str = "python") -> Path:
     """Write `target/` from `template`: app.py, README.md, pyproject.toml (`lang` "js": app.js, README.md,
-    package.json); refuses to overwrite anything."""
+    package.json), and the example's llmhost.toml (its grants) if it has one; refuses to overwrite anything."""
     templates = JS_TEMPLATES if lang == "js" else TEMPLATES
     if template not in templates:
         where = " for --lang js" if lang == "js" else ""
@@ -50,6 +52,7 @@ def create(target: Path, template: str, lang: str = "python") -> Path:
     name = target.name
     target.mkdir(parents=True)
     files = list(JS_FILES) if lang == "js" else [*FILES, *sorted(p.name for p in source.glob("*.py"))]
+    files += [CONFIG_FILE] if (source / CONFIG_FILE).is_file() else []
     files += sorted(str(p.relative_to(source)) for p in (source / "wit").glob("*.wit"))  # a world of its own
     for file in files:
         text = (source / file).read_text(encoding="utf-8")

@@ -16,8 +16,11 @@ So a sequence gets the greedy chain while it holds a plain greedy generation (`S
 calls where it has at most one output; every other sequence in a decode call gets none. The choice is pure
 (`bindings`) and unit-tested; `GreedyChains` applies it to a context.
 
-On the CPU the graph's argmax is slower than numpy's on the host (measured here, Gemma, 32 rows: +21 ms per step
-against 1.7 ms), so `backend-sampling` defaults to on only where layers are offloaded to a GPU.
+`backend-sampling` is off by default, on the CPU and on a GPU (`use_backend_sampling`). On the CPU the graph's
+argmax is slower than numpy's on the host (measured here, Gemma, 32 rows: +21 ms per step against 1.7 ms). On an
+H100 (docs/benchmarks.md, "GPU (measured)") it was never faster and sometimes slower: 0.62× the tokens/s at 8
+streams (rows per step fell from 7.9 to 5.7), 1.04× and 0.97× at 32 (Gemma, SmolLM2), with equal greedy tokens.
+Turn the GPU default back on only after a GPU run shows it faster at 1, 8 and 32 streams on both built-in models.
 """
 
 from __future__ import annotations
@@ -28,6 +31,16 @@ from typing import Any
 from llmhost.engine.local.decoder import BatchRow
 
 LLAMA_TOKEN_NULL = -1  # llama_get_sampled_token_ith's "no token was sampled for this output"
+# `backend-sampling`'s default where layers are offloaded to a GPU (on the CPU it is always off by default).
+DEFAULT_ON_GPU = False
+
+
+def use_backend_sampling(configured: bool | None, offloaded: bool) -> bool:
+    """Whether a model's decoder attaches greedy chains: `models.NAME.backend-sampling` where set, else the default
+    (`offloaded`: layers are offloaded to a GPU, on a build that can)."""
+    if configured is not None:
+        return configured
+    return offloaded and DEFAULT_ON_GPU
 
 
 def outputs_per_seq(rows: Sequence[BatchRow], logits_at: set[int]) -> dict[int, int]:

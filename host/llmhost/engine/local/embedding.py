@@ -1,13 +1,16 @@
-"""The pure parts of local embeddings: which pooling a model gets, which texts share a decode call, and how the
-pooled vectors of a text split over several calls are put together. llama_decoder.py does the llama.cpp calls.
+"""The pure parts of local embeddings: which pooling a model gets, which texts share a decode call, how the
+pooled vectors of a text split over several calls are put together, and when an embeddings call's next decode call
+(a batch) may take the model from the generations sharing it. llama_decoder.py does the llama.cpp calls;
+model_lock.EmbeddingTurns waits for the turns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from llmhost.domain.limits import model_key
+from llmhost.domain.limits import EMBEDDING_YIELD_S, model_key
 
 # enum llama_pooling_type, as llama.cpp and the GGUF key `<arch>.pooling_type` number them.
 POOLING_NONE = 0
@@ -53,3 +56,39 @@ def combine(pooling: int, parts: Sequence[tuple[Any, int]]) -> Any:
         return parts[-1][0]
     total = sum(count for _, count in parts)
     return sum(vector * (count / total) for vector, count in parts)
+
+
+# While generations take their share of the model, they count as still using it until their decodes have stopped
+# for this long (a stream's bursts follow each other within a few milliseconds: its readers' turn).
+GENERATIONS_IDLE_S = 0.05
+# How often a batch waiting for its turn looks again: at once when a thread waits for the lock or a generation for
+# its first step (their turn is short), else at most this often while the generations use their share.
+TURN_POLL_S = 0.001
+SHARE_POLL_S = 0.01
+
+
+@dataclass(frozen=True)
+class BatchTurn:
+    """What an embeddings call's next batch sees when it would start, on a model it may share with generations."""
+
+    waited_s: float  # since its previous batch ended (since the call was admitted, for its first)
+    share_s: float  # how long its previous batch held the model (0 for its first)
+    contended: bool  # another thread waits for the model lock (a generation being submitted, a step, a cancel)
+    wants_step: bool  # generations wait for a decode step or are decoding (scheduler.wants_step)
+    stepped: bool  # the scheduler began a step since the previous batch ended
+    idle_s: float  # since the generations' last decode ended (0 while one runs)
+
+
+def batch_wait(turn: BatchTurn) -> float:
+    """0 when the batch starts now, else how long it waits before looking again. Fair sharing: a thread waiting for
+    the model lock takes it first, and generations wanting a step get one before the batch, however many embeddings
+    calls are queued (so a generation's first token waits for at most the batch under way when it came); then they
+    get the model for as long as the previous batch held it, while they keep decoding (so embeddings and
+    generations each have about half of it). Never longer in all than that batch, or EMBEDDING_YIELD_S."""
+    if turn.waited_s >= max(turn.share_s, EMBEDDING_YIELD_S):
+        return 0.0
+    if turn.contended or (turn.wants_step and not turn.stepped):
+        return TURN_POLL_S
+    if not turn.wants_step or turn.waited_s >= turn.share_s or turn.idle_s >= GENERATIONS_IDLE_S:
+        return 0.0
+    return min(SHARE_POLL_S, turn.share_s - turn.waited_s, GENERATIONS_IDLE_S - turn.idle_s)

@@ -142,7 +142,10 @@ class LlamaCppEngine:
     def embeddings(
         self, model: str, texts: Sequence[EmbeddingInput], check: Callable[[], None] | None = None
     ) -> EmbeddingsResult:
-        return self.model(model).embed(texts, check)
+        loaded = self.model(model)
+        result = loaded.embed(texts, check)
+        loaded.observer.embeddings_done(result.prompt_token_count)  # metrics: prompt tokens, as a generation's
+        return result
 
     def close(self) -> None:
         self._models.close()

@@ -21,7 +21,7 @@ from llmhost.domain.errors import EngineError, InvalidInput
 from llmhost.domain.limits import EMBEDDING_SEQUENCES, EMBEDDING_SHARED_TOKENS, MAX_BYTES_PER_TOKEN
 from llmhost.domain.types import EmbeddingInput, EmbeddingsResult, InferencingParams, check_text_length
 from llmhost.engine.local import compute
-from llmhost.engine.local.backend_greedy import LLAMA_TOKEN_NULL, GreedyChains
+from llmhost.engine.local.backend_greedy import LLAMA_TOKEN_NULL, GreedyChains, use_backend_sampling
 from llmhost.engine.local.decoder import BatchRow, Sampler
 from llmhost.engine.local.embedding import choose_pooling, combine, next_group
 from llmhost.engine.local.gguf import GgufError, matrix_types
@@ -357,10 +357,8 @@ class LlamaDecoder(LlamaVocabCalls):
                 f"(lower `models.{name}.context-length` or `models.{name}.slots`)"
             )
         self.memory = lib.llama_get_memory(self.ctx)
-        backend_sampling = config.backend_sampling
-        if backend_sampling is None:
-            backend_sampling = config.n_gpu_layers != 0 and bool(lib.llama_supports_gpu_offload())
-        if backend_sampling:
+        offloaded = config.n_gpu_layers != 0 and bool(lib.llama_supports_gpu_offload())
+        if use_backend_sampling(config.backend_sampling, offloaded):
             self.greedy_chains = GreedyChains(config.slots)
         self.batch = lib.llama_batch_init(self.n_batch, 0, 1)
         self._fields = _BatchFields(self.batch, self.n_batch)

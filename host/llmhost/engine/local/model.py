@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmhost.config import ModelConfig
 from llmhost.domain.errors import EngineError, InvalidInput, ModelNotSupported
-from llmhost.domain.limits import DETERMINISTIC_CHUNK, EMBEDDING_YIELD_S, model_key
+from llmhost.domain.limits import DETERMINISTIC_CHUNK, model_key
 from llmhost.domain.types import (
     Constraint,
     EmbeddingInput,
@@ -26,6 +26,7 @@ from llmhost.domain.types import (
     TopLogprob,
     check_embedding_texts,
     check_embedding_tokens,
+    check_text,
     check_text_length,
 )
 from llmhost.engine.admission import AdmissionQueue
@@ -34,7 +35,7 @@ from llmhost.engine.local.backend_greedy import GreedyChains
 from llmhost.engine.local.constraint_mask import TokenConstraint
 from llmhost.engine.local.decoder import BatchRow, Decoder
 from llmhost.engine.local.job import Row
-from llmhost.engine.local.model_lock import ModelLock
+from llmhost.engine.local.model_lock import EmbeddingTurns, ModelLock
 from llmhost.engine.local.planning import aligned_after, row_length
 from llmhost.engine.local.scheduler import Scheduler
 from llmhost.engine.local.sequence_state import SeqState
@@ -44,6 +45,10 @@ from llmhost.engine.text import attribute_text
 
 if TYPE_CHECKING:
     from llmhost.engine.local.job import LlamaGeneration
+
+# What an embeddings call waits for in the admission queue (`Ticket.needs`): the model's one embedding context,
+# apart from its sequence slots, so that generations never queue behind embeddings calls.
+EMBEDDING_CONTEXT = "embedding-context"
 
 
 class EngineModel:
@@ -64,12 +69,13 @@ class EngineModel:
         self.chunk = min(DETERMINISTIC_CHUNK, self.n_batch) if config.deterministic else None
         # Decode threads on every core the process may use, and no GPU doing the work (see scheduler.READER_TURN_S)
         self.cpu_bound = config.n_gpu_layers == 0 and config.threads >= len(os.sched_getaffinity(0))
-        # Every kind of work waits for slots (or the embedding context) in this one queue, in arrival order.
+        # Every kind of work waits for slots (or the embedding context) in this one queue, each in arrival order.
         slots = f"all {decoder.n_slots} sequence slots of {name}"
         self.admission = AdmissionQueue(self.lock, slots, model_key(name, "slots"), on_wait=observer.admission_wait)
         self.scheduler = Scheduler(self)
         self.slots = SlotPool(decoder, decoder.n_slots, self.lock, name, on_free=self._freed, chunk=self.chunk)
         self._embedding = False  # the embedding context is in use
+        self.embedding_batches = 0  # embeddings decode calls run so far (tests: how generations share the model)
         self._constraints: Any = None  # the model's ConstraintCompiler, created on first use (llguidance)
         self._constraints_lock = threading.Lock()
         # Tokens run through the model so far (prefill and decode): what generations cost, for tests and stats.
@@ -143,6 +149,7 @@ class EngineModel:
         caller still checks the count)."""
         if room is not None:
             check_text_length(what, len(text), room, self.n_ctx, self.decoder.max_token_bytes())
+        check_text(text, what)  # a Python caller's lone surrogate (a sequence's append): InvalidInput, not a crash
         return self.decoder.tokenize(text, add_special)
 
     def piece(self, token: int) -> bytes:
@@ -355,31 +362,16 @@ class EngineModel:
         embed = getattr(self.decoder, "embed", None)
         if embed is None:
             raise InvalidInput(f"embeddings are not available for {self.name}")
-        with self.lock:  # one embeddings call at a time uses the embedding context, in turn with all other work
-            self.admission.enter("embeddings", self._take_embedding_context, check)
-
-        def between() -> None:  # before each decode call: generations first, then the deadline / disconnect
-            self._yield_to_steps()
-            if check is not None:
-                check()
-
+        with self.lock:  # one embeddings call at a time uses the embedding context (queued apart from slot work)
+            self.admission.enter("embeddings", self._take_embedding_context, check, needs=EMBEDDING_CONTEXT)
         try:
-            return embed(texts, self.lock, between, self.scheduler.generating)
+            # Each decode call takes the model lock in turn with the generations (model_lock.EmbeddingTurns);
+            # `check` runs before each one (the deadline, a disconnect).
+            return embed(texts, EmbeddingTurns(self), check, self.scheduler.generating)
         finally:
             with self.lock:
                 self._embedding = False
             self.admission.changed()
-
-    def _yield_to_steps(self) -> None:
-        """When generations wait for a decode step, let one run first (at most EMBEDDING_YIELD_S): each decode
-        call of a long embeddings call then lets the generations sharing the model take a step."""
-        scheduler = self.scheduler
-        if not scheduler.wants_step():
-            return
-        attempts = scheduler.attempts
-        give_up = time.monotonic() + EMBEDDING_YIELD_S
-        while scheduler.attempts == attempts and time.monotonic() < give_up:
-            time.sleep(0.001)
 
     def _take_embedding_context(self) -> bool:
         if self._embedding:

@@ -10,7 +10,9 @@ a background thread runs the steps nobody waits for (reading ahead for a reader 
 generation whose reader lags `LOOKAHEAD` events behind is skipped, so an unread stream costs little, and a
 cancelled one stops before the next step. When decoding uses every core, the readers a step woke get their turn
 before the next decode (`READER_TURN_S`). New generations wait in the model's admission queue (admission.py)
-with every other kind of work, first come, first served, as slots free up.
+with every other kind of work that needs a slot, first come, first served, as slots free up; embeddings calls
+wait there for the embedding context, apart, and take the model lock in turn with the steps
+(model_lock.EmbeddingTurns).
 """
 
 from __future__ import annotations

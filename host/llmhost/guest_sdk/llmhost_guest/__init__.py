@@ -10,6 +10,9 @@
 `llmhost build` puts this package on componentize-py's module path. See docs/guest-sdk.md.
 """
 
+from . import config as config  # config values (wasi:config): `from llmhost_guest import config`
+from . import http as http  # outbound HTTP (and http-app responses of any size): `from llmhost_guest import http`
+from . import kv as kv  # key-value state (wasi:keyvalue): `from llmhost_guest import kv`
 from . import llm, processors
 from .errors import InvalidInput, LlmError, ModelNotSupported, RuntimeError_
 from .llm import Interleaved, interleave

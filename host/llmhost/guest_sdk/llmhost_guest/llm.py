@@ -11,10 +11,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Self, TypeVar
 
-from .errors import InvalidInput, call
+from .errors import InvalidInput, call, check_text
 from .params import (
     DEFAULT_EMBEDDING_MODEL,
     DEFAULT_MODEL,
+    MAX_CALL_ITEMS,
     Chunk,
     Completion,
     Done,
@@ -310,21 +311,75 @@ class Embeddings(list[list[float]]):
     usage: Usage
 
 
+# `embed` and `embed_tokens` call the host in batches, so any number of inputs works: at most EMBED_BATCH inputs a
+# call (the host takes 16,384), and at most EMBED_CALL_ITEMS of what wasmtime counts when it copies the arguments out
+# of the guest (MAX_CALL_ITEMS a call, past which the guest traps: a token id is one item, a text one plus its
+# bytes / 48). The vectors coming back are not counted.
+EMBED_BATCH = 2048
+EMBED_CALL_ITEMS = MAX_CALL_ITEMS // 2
+_ITEM_BYTES = 48  # what wasmtime counts a list element as
+
+
 def embed(texts: str | Iterable[str], model: str = DEFAULT_EMBEDDING_MODEL) -> Embeddings:
-    """WIT `llm.generate-embeddings`: one vector per text (default model: all-minilm-l6-v2, made for retrieval)."""
+    """WIT `llm.generate-embeddings`: one vector per text (default model: all-minilm-l6-v2, made for retrieval),
+    any number of texts (in batches). A text that is not valid Unicode is `InvalidInput` naming it (`text[3]`)."""
     batch = [texts] if isinstance(texts, str) else list(texts)
-    return _embeddings(call(wit_llm().generate_embeddings, model, batch))
+    function = wit_llm().generate_embeddings
+    check_text(function, (model, batch))
+    return _batched(function, model, batch, "text", _text_items)
 
 
 def embed_tokens(inputs: Iterable[Iterable[int]], model: str = DEFAULT_MODEL) -> Embeddings:
-    """WIT `llm.generate-embeddings-for-tokens` (0.2.2): one vector per token-id list, the ids as they are."""
-    return _embeddings(call(wit_llm().generate_embeddings_for_tokens, model, [list(i) for i in inputs]))
+    """WIT `llm.generate-embeddings-for-tokens` (0.2.2): one vector per token-id list, the ids as they are; any
+    number of lists (in batches)."""
+    return _batched(wit_llm().generate_embeddings_for_tokens, model, [list(i) for i in inputs], "inputs", len)
 
 
-def _embeddings(result: Any) -> Embeddings:
-    vectors = Embeddings(list(v) for v in result.embeddings)
-    vectors.usage = Usage(int(result.usage.prompt_token_count), 0)
+def _text_items(text: Any) -> int:
+    if not isinstance(text, str):
+        return 1  # not a text: the binding refuses it
+    # Its UTF-8 size without encoding it: ASCII is a byte a character, anything else at most 4 (encoded only when that
+    # bound is too big for a call).
+    size = len(text) if text.isascii() else 4 * len(text)
+    if size > EMBED_CALL_ITEMS * _ITEM_BYTES:
+        size = len(text.encode("utf-8"))
+    return 1 + size // _ITEM_BYTES
+
+
+def _batched(function: Callable[..., Any], model: str, inputs: list[Any], name: str, items: Any) -> Embeddings:
+    """The vectors of `inputs` from calls of `function` over batches of them, usage summed. The batches are made
+    first, so an input too large for any call is refused before the host does any work."""
+    vectors, tokens = Embeddings(), 0
+    for batch in list(_batches(inputs, name, items)):
+        result = call(function, model, batch)
+        vectors.extend(list(v) for v in result.embeddings)
+        tokens += int(result.usage.prompt_token_count)
+    vectors.usage = Usage(tokens, 0)
     return vectors
+
+
+def _batches(inputs: list[Any], name: str, items: Callable[[Any], int]) -> Iterator[list[Any]]:
+    """Consecutive slices of `inputs`: at most EMBED_BATCH inputs and EMBED_CALL_ITEMS items each (one, empty, for
+    no inputs)."""
+    start = 0
+    while True:
+        end, used = start, 0
+        while end < len(inputs) and end - start < EMBED_BATCH:
+            cost = 1 + items(inputs[end])
+            if cost > EMBED_CALL_ITEMS:
+                raise InvalidInput(
+                    f"{name}[{end}] is too large to pass to the host in one call: wasmtime copies at most "
+                    f"{MAX_CALL_ITEMS} list items out of a guest per call (a token id is one, a text one plus its "
+                    f"UTF-8 bytes / {_ITEM_BYTES}); split it"
+                )
+            if end > start and used + cost > EMBED_CALL_ITEMS:
+                break
+            used += cost
+            end += 1
+        yield inputs[start:end]
+        if end >= len(inputs):
+            return
+        start = end
 
 
 class Interleaved:

@@ -12,6 +12,10 @@ from .errors import InvalidInput, call
 DEFAULT_MODEL = "gemma-3-270m"
 # `llm.embed`'s: the built-in sentence-embedding model (the generative models retrieve poorly).
 DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
+# What the host's wasmtime copies out of a guest in one call (the arguments of a host call, the result of an
+# export): its hostcall fuel (128 MiB) over the 48 bytes each list element takes there; past it the guest traps
+# (host/llmhost/domain/limits.py, MAX_LIFTED_ITEMS: the SDK imports nothing of the host). Strings count their bytes.
+MAX_CALL_ITEMS = 2_796_202
 
 # The keywords that fill `inferencing-params` (its fields but `constraint`, which the STRUCTURED keywords set).
 FIELDS = (

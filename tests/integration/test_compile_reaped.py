@@ -1,0 +1,74 @@
+"""The background Cranelift compile that a fast-first load starts is reaped when it ends: it must not stay a zombie
+for the rest of the host's life (a server's whole life)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from wasmtime import wat2wasm
+
+from llmhost import Host, HostConfig
+from llmhost.config import FakeEngineConfig
+
+pytestmark = pytest.mark.wasm
+
+# A component with nothing in it but a `run` export (all a load checks): both compiles take milliseconds.
+RUN_ONLY = """
+(component
+  (core module $m (func (export "run") (result i32) i32.const 0))
+  (core instance $i (instantiate $m))
+  (func (export "run") (result s32) (canon lift (core func $i "run")))
+)
+"""
+
+
+def children() -> set[int]:
+    """This process's child processes, zombies included (from /proc: starting a process here would reap them)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():  # the field after the state: the parent's pid
+            found.add(int(entry.name))
+    return found
+
+
+def state(pid: int) -> str | None:
+    """The process's state letter (`Z`: a zombie, ended but not reaped), None when it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    return next(line.split()[1] for line in status.splitlines() if line.startswith("State:"))
+
+
+def test_the_background_compile_is_reaped_when_it_ends(tmp_path: Path) -> None:
+    wasm = tmp_path / "app.wasm"
+    wasm.write_bytes(wat2wasm(RUN_ONLY))
+    config = HostConfig(engine=FakeEngineConfig(), cache_dir=tmp_path / "cache", compile_strategy="fast-first")
+    before = children()
+    with Host(config, note=lambda _: None) as host:
+        app = host.load(wasm)
+        assert app.strategy == "winch"
+        started = children() - before
+        assert len(started) == 1, started  # the background compile
+        (pid,) = started
+        optimized = app.cache_file.with_name(app.cache_file.name.replace(".winch.cwasm", ".cwasm"))
+        lock = optimized.with_suffix(".compiling")
+        deadline = time.monotonic() + 120
+        while (lock.exists() or not optimized.is_file()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert optimized.is_file() and not lock.exists(), "the background compile never finished"
+        # It ended (it removes its lock last): within a few seconds it is gone from the process table, reaped,
+        # while the host goes on running.
+        deadline = time.monotonic() + 30
+        while state(pid) is not None and pid in children() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert state(pid) is None or pid not in children(), f"process {pid} is left in state {state(pid)}"
