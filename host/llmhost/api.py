@@ -391,8 +391,7 @@ class App:
         scope = RunScope(f"run of {self.name}")
         timeout_s = self.host.config.sandbox.timeout_s
         if timeout_s is not None:
-            ends = time.monotonic() + timeout_s
-            scope.set_time_left(lambda: max(0.0, ends - time.monotonic()))
+            scope.set_deadline(time.monotonic() + timeout_s)
         store: Store | None = None
         try:
             store, instance = self.instantiate(args, stdout=captured[0], stderr=captured[1], scope=scope)

@@ -145,8 +145,7 @@ class ToolServer:
         scope = RunScope(
             f"tool call {name}", TokenBudget(limits.max_tokens, component.settings.limit_key("max_tokens"))
         )
-        ends = arrived + limits.deadline_s  # host calls that wait (outbound HTTP) never outlive the call
-        scope.set_time_left(lambda: max(0.0, ends - time.monotonic()))
+        scope.set_deadline(arrived + limits.deadline_s)  # host calls that wait (outbound HTTP) never outlive it
         started, finished = threading.Event(), threading.Event()
 
         def work() -> ToolAnswer:

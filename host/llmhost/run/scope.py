@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -117,6 +118,10 @@ class RunScope:
     def set_time_left(self, time_left: Callable[[], float | None]) -> None:
         """How the run's owner tells its remaining time: seconds before the run is stopped (None: no deadline)."""
         self._time_left = time_left
+
+    def set_deadline(self, ends: float) -> None:
+        """A fixed deadline, as `time.monotonic()` reads it (a run's `timeout-s`, a tool call's `deadline-s`)."""
+        self.set_time_left(lambda: max(0.0, ends - time.monotonic()))
 
     def time_left(self) -> float | None:
         return self._time_left()

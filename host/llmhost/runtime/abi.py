@@ -479,7 +479,7 @@ def http_request_to_wit(method: str, path_with_query: str, headers: HttpFields, 
         {
             "method": _string(method),
             "path-with-query": _string(path_with_query),
-            "headers": [(_string(name), _string(value)) for name, value in headers],
+            "headers": http_fields_to_wit(headers),
             "body": bytes(body),
         }
     )
@@ -488,6 +488,11 @@ def http_request_to_wit(method: str, path_with_query: str, headers: HttpFields, 
 def http_fields_from_wit(value: Any) -> HttpFields:
     """`fields` (a list of string pairs) -> a list of `(name, value)` tuples."""
     return [(str(name), str(field_value)) for name, field_value in value]
+
+
+def http_fields_to_wit(fields: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """`(name, value)` pairs -> WIT `fields` (`http` and `outbound-http` alike)."""
+    return [(_string(name), _string(value)) for name, value in fields]
 
 
 def http_response_from_wit(value: Any) -> tuple[int, HttpFields, bytes]:
@@ -612,7 +617,7 @@ def outbound_response_to_wit(response: OutboundResponse) -> Record:
     return _record(
         {
             "status": response.status,
-            "headers": [(_string(name), _string(value)) for name, value in response.headers],
+            "headers": http_fields_to_wit(response.headers),
             "body": bytes(response.body),
         }
     )

@@ -15,6 +15,7 @@ from pathlib import Path
 from llmhost.config import KeyValueStoreConfig
 from llmhost.domain.errors import NoSuchStore, StoreFailure
 from llmhost.domain.limits import KV_BACKEND_TIMEOUT_S, KV_PAGE_KEYS
+from llmhost.grants.deadline import before_deadline
 from llmhost.grants.keyvalue.base import (
     KvBackend,
     StoreLimits,
@@ -41,8 +42,7 @@ class Store:
             return KV_BACKEND_TIMEOUT_S
         if time_left <= 0:
             raise StoreFailure(f"key-value store {self.name!r}: the run's deadline has passed")
-        # Give up a little before the deadline, so that the guest gets the error and can still act on it.
-        return min(time_left - min(time_left / 10, 0.5), KV_BACKEND_TIMEOUT_S)
+        return min(before_deadline(time_left), KV_BACKEND_TIMEOUT_S)
 
     def get(self, key: str, time_left: float | None = None) -> bytes | None:
         check_key(key)

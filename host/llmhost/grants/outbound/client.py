@@ -23,7 +23,8 @@ import httpx
 
 from llmhost.domain.errors import ConnectionFailed, InvalidRequest, OutboundDenied, OutboundTimeout, TooLarge
 from llmhost.domain.hosts import AllowedHost
-from llmhost.domain.limits import DEADLINE_MARGIN_S, MAX_REDIRECTS, OUTBOUND_TIMEOUT_S
+from llmhost.domain.limits import MAX_REDIRECTS, OUTBOUND_TIMEOUT_S
+from llmhost.grants.deadline import before_deadline
 from llmhost.grants.outbound.backend import ROUTE, CheckedBackend, Route
 from llmhost.grants.outbound.messages import Fields, OutboundRequest, OutboundResponse
 from llmhost.grants.outbound.policy import (
@@ -150,8 +151,7 @@ class OutboundClient:
         if request.timeout_s is not None:
             limits.append((request.timeout_s, f"the request's timeout-ms of {request.timeout_s * 1000:.0f}"))
         if time_left is not None:  # ends a little before the deadline: the guest must still run to handle it
-            before_deadline = time_left - min(time_left / 10, DEADLINE_MARGIN_S)
-            limits.append((before_deadline, f"the run's deadline, {max(0.0, time_left):.3g} s away"))
+            limits.append((before_deadline(time_left), f"the run's deadline, {max(0.0, time_left):.3g} s away"))
         seconds, why = min(limits, key=lambda limit: limit[0])
         if seconds <= 0:
             raise OutboundTimeout(f"no time is left for the request ({why}); nothing was sent")
