@@ -7,6 +7,7 @@ against hard-coded output.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -268,7 +269,24 @@ def test_a_guest_built_against_0_1_0_gets_the_same_results(
     assert old == new
     new_events = run_ok(real_probe, "stream", model, "Once upon a time", params)
     old_events = run_ok(real_probe_0_1_0, "stream", model, "Once upon a time", params)
-    assert old_events == new_events
+    # How the tokens are grouped into chunks depends on how fast each reader comes back (bursts): compare what
+    # timing cannot change.
+    assert timing_free(old_events) == timing_free(new_events)
+
+
+def timing_free(outcome: dict[str, Any]) -> dict[str, Any]:
+    """A stream's events without their grouping: the text, the token ids, each chunk's running count against
+    the ids reported so far, the done event and what follows it."""
+    chunks = [e["chunk"] for e in outcome["events"] if e and "chunk" in e]
+    reported = list(itertools.accumulate(len(c["token-ids"]) for c in chunks))
+    return {
+        "text": "".join(c["text"] for c in chunks),
+        "token-ids": [t for c in chunks for t in c["token-ids"]],
+        "counts-match": [c["usage"]["generated-token-count"] for c in chunks] == reported,
+        "prompt-tokens": {c["usage"]["prompt-token-count"] for c in chunks},
+        "done": outcome["events"][-1],
+        "after-done": outcome["after-done"],
+    }
 
 
 @pytest.mark.parametrize("model", MODELS)

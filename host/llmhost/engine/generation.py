@@ -40,8 +40,13 @@ class GenerationText:
     def __post_init__(self) -> None:
         self._utf8 = Utf8Assembler()
         self._stops = StopMatcher(self.stops)
-        self._unreported: list[int] = []
-        self._unreported_logprobs: list[TokenLogprob] = []
+        # Tokens taken since the last chunk, with their logprob entries. Only the first `_reportable` of them
+        # go into the next chunk: those up to the last one that released text. A token whose text is still held
+        # (part of a character, a possible stop) waits for the chunk that releases it, however the tokens are
+        # grouped into chunks (one per token, or a burst's at once).
+        self._unreported: list[tuple[int, TokenLogprob | None]] = []
+        self._reportable = 0
+        self._reportable_count = 0  # len(token_ids) when the last reportable token was taken
 
     @property
     def usage(self) -> Usage:
@@ -87,10 +92,8 @@ class GenerationText:
             # its id part of a chunk's (whether it is reported alone or with the tokens before it).
             self.token_text_end.append(self.text_len)
             self.token_complete.append(not self._utf8.pending())
-            return self._finish_text(FinishReason.STOP)
-        self._unreported.append(token_id)
-        if logprob is not None:  # parallel to the ids a chunk reports
-            self._unreported_logprobs.append(logprob)
+            return self._marked(self._finish_text(FinishReason.STOP))
+        self._unreported.append((token_id, logprob))
         decoded = self._utf8.push(piece)
         self.text_len += len(decoded)
         self.token_text_end.append(self.text_len)
@@ -98,12 +101,19 @@ class GenerationText:
         scan = self._stops.push(decoded)
         if scan.stopped:
             self.stopped_by_sequence = True
-            return scan.release, self._set_finish(FinishReason.STOP)
+            return self._marked((scan.release, self._set_finish(FinishReason.STOP)))
         if self.max_tokens is not None and len(self.token_ids) >= self.max_tokens or context_full:
             chunk_text = scan.release
             tail = self._flush()
-            return chunk_text + tail, self._set_finish(self._limit_reason())
-        return scan.release, None
+            return self._marked((chunk_text + tail, self._set_finish(self._limit_reason())))
+        return self._marked((scan.release, None))
+
+    def _marked(self, taken: tuple[str, FinishReason | None]) -> tuple[str, FinishReason | None]:
+        """A token (or the finish) that released text makes every token taken so far reportable."""
+        if taken[0]:
+            self._reportable = len(self._unreported)
+            self._reportable_count = len(self.token_ids)
+        return taken
 
     def end(self, reason: FinishReason) -> Step:
         """The generation ended for a reason known outside the token stream (a remote server's finish reason
@@ -122,10 +132,10 @@ class GenerationText:
         """`end_of_language` without building its chunk (as `take_token`)."""
         if self.finish_reason is not None:
             return "", None
-        return self._finish_text(FinishReason.STOP)
+        return self._marked(self._finish_text(FinishReason.STOP))
 
     def _finish(self, reason: FinishReason) -> Step:
-        text, finish = self._finish_text(reason)
+        text, finish = self._marked(self._finish_text(reason))
         return Step(self.release(text), finish)
 
     def _finish_text(self, reason: FinishReason) -> tuple[str, FinishReason]:
@@ -150,14 +160,22 @@ class GenerationText:
         return reason
 
     def release(self, text: str) -> StreamChunk | None:
-        """The chunk for `text` released by the tokens taken since the last chunk (with their ids), or None when
-        there is no text (the ids wait for the chunk that has some)."""
+        """The chunk for `text` released by the tokens taken since the last chunk, or None when there is no text.
+        It carries the ids of the tokens up to the last one that released text, and the usage as of that token:
+        tokens after it (their text still held) wait for the chunk that has some, so a chunk's tokens spell its
+        text whether the caller releases one token's text or several tokens' at once."""
         if not text:
             return None
         self.released.append(text)
-        ids, self._unreported = tuple(self._unreported), []
-        logprobs, self._unreported_logprobs = tuple(self._unreported_logprobs), []
-        return StreamChunk(text=text, token_ids=ids, usage=self.usage, logprobs=logprobs)
+        reported, self._unreported = self._unreported[: self._reportable], self._unreported[self._reportable :]
+        self._reportable = 0
+        usage = Usage(prompt_token_count=self.prompt_token_count, generated_token_count=self._reportable_count)
+        return StreamChunk(
+            text=text,
+            token_ids=tuple(t for t, _ in reported),
+            usage=usage,
+            logprobs=tuple(e for _, e in reported if e is not None),
+        )
 
 
 def merge_chunks(chunks: Sequence[StreamChunk]) -> StreamChunk:

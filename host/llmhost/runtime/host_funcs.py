@@ -278,6 +278,11 @@ class _VariantLike(_Node):
             accepted: set[type] = set()
             if node is not None:
                 node.add_classes(accepted)
+            # wasmtime-py lets a payload-less case (an option's `none`) stand for `object`, so an untagged
+            # `result<option<T>, error>` would take an error value for `ok` and then fail to lower it (a trap). The
+            # only value such a case lowers is None: match it by that class. `tagged` is unchanged (wasmtime-py's
+            # rule, which the guest's bindings and `ResultEncoder` follow), and sets that were disjoint stay so.
+            accepted = {type(None) if cls is object else cls for cls in accepted}
             self.untagged.append((name, name.encode(), node, tuple(accepted)))
 
     def _cases(self) -> list[tuple[str, Any]]:

@@ -16,7 +16,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from llmhost.domain.types import FinishReason, StreamChunk
-from llmhost.engine.generation import GenerationText
+from llmhost.engine.generation import GenerationText, merge_chunks
 
 from .utf8_reference import decode_dropping_incomplete_tail
 
@@ -196,6 +196,55 @@ def test_generation_with_invalid_bytes_decodes_like_replace(case: Case) -> None:
         assert gen.finish_reason == FinishReason.LENGTH
         assert count == case.max_tokens or count - 1 == case.context_full_at
     check_chunks(case, gen, chunks)
+
+
+def run_grouped(case: Case, sizes: list[int]) -> list[tuple[int, StreamChunk]]:
+    """As a scheduler's burst does: several tokens taken, then one chunk released for all their text."""
+    gen = GenerationText(case.stops, PROMPT_TOKENS, case.max_tokens)
+    chunks: list[tuple[int, StreamChunk]] = []
+    i, groups = 0, iter(sizes)
+    while gen.finish_reason is None:
+        size = next(groups, 1)
+        texts = []
+        for token in case.tokens[i : i + size]:
+            text, finish = gen.take_token(
+                token.id, token.piece, end_of_generation=token.eog, context_full=i == case.context_full_at
+            )
+            texts.append(text)
+            i += 1
+            if finish is not None:
+                break
+        chunk = gen.release("".join(texts))
+        if chunk is not None:
+            chunks.append((i - 1, chunk))
+    return chunks
+
+
+@PROPERTY
+@given(cases(), st.lists(st.integers(1, 4), max_size=12))
+@example(  # a burst that ends inside a 4-byte character: its first bytes' token waits for the next chunk
+    Case(
+        (),
+        (Token(100, b"a"), Token(101, b"\xf0\x9f"), Token(102, b"\x98\x80"), Token(EOG_ID, EOG_PIECE, True)),
+        None,
+        None,
+    ),
+    [2, 2],
+)
+def test_a_burst_chunk_is_the_merge_of_its_tokens_chunks(case: Case, sizes: list[int]) -> None:
+    # However tokens are grouped into chunks, a chunk carries the tokens up to the last one that released text and
+    # the usage as of that token: the same as merging the chunks that one token at a time would have given.
+    # A token whose text is held (part of a character, a possible stop) never goes out with earlier text.
+    _, single = run(case)
+    grouped = run_grouped(case, sizes)
+    bounds = [i for i, _ in grouped]
+    want = []
+    start = -1
+    for end in bounds:
+        part = [c for i, c in single if start < i <= end]
+        start = end
+        want.append(merge_chunks(part) if part else None)
+    assert [c for _, c in grouped] == want
 
 
 def test_stop_across_tokens_counts_every_token() -> None:
