@@ -17,8 +17,8 @@ developer loop (bench/devloop.py), the guest SDK (bench/sdk.py), guest-side samp
 compute thread (bench/compute_thread.py), the host's time outside llama_decode (bench/host_time.py), a GPU-speed
 simulation (bench/gpu_speed.py), the remote backend (bench/scaleout.py), JavaScript guests beside Python ones
 (bench/js_guests.py), embeddings (bench/embeddings.py) and a stream sharing its model with embeddings clients
-(bench/embedding_fairness.py), component instantiation (p50 of 20) and the second start of `llmhost run` (compiled
-component cached).
+(bench/embedding_fairness.py), outbound HTTP's host memory and a small GET (bench/outbound.py), component
+instantiation (p50 of 20) and the second start of `llmhost run` (compiled component cached).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ import embeddings
 import gpu_speed
 import host_time
 import js_guests
+import outbound
 import plots
 import processors
 import scaleout
@@ -606,6 +607,7 @@ def main() -> int:
     lines += isolated(js_guests.run, config.cache_dir, THREADS)  # a JavaScript guest beside a Python one
     lines += isolated(embeddings.run, config.cache_dir, THREADS)  # beside Llama.embed; retrieval per model
     lines += isolated(embedding_fairness.run, config.cache_dir, THREADS)  # a stream beside embeddings clients
+    lines += isolated(outbound.run, config.cache_dir)  # host memory under large outbound bodies, a small GET
     steal_end, total_end = cpu_times()
     if total_end > total_start:
         stolen = 100 * (steal_end - steal_start) / (total_end - total_start)

@@ -1,15 +1,19 @@
 """Real HTTP(S) servers on loopback for the outbound HTTP tests: what guests fetch from, and every fault the issue
 lists (a server that never answers, one that trickles, redirect loops, huge bodies). Threads of the test process;
-each counts the requests it received, so a test can check that nothing was sent.
+each counts the requests it received (and the connections it accepted), so a test can check that nothing was sent
+(and that a connection was kept alive).
 
     /hello                   200 "hello"
     /echo                    200 JSON: method, path, headers (lower-case names), body (text)
     /status/N                status N, body "status N"
     /big?bytes=N&length=0|1  N bytes ("x"), streamed in 64 KiB pieces, with a content-length or (0) without one
     /never                   reads the request and never answers
+    /hang                    never answers, and notes when the client closed the connection (`hung_up`)
     /trickle?ms=M            200 with a content-length of 1 MB, then one byte every M ms
     /redirect?to=URL&status=S   S (302) with `location: URL`
-    /loop                    302 to /loop
+    /loop                    302 to itself (its query kept)
+    /set-cookie              200 with `set-cookie: session=...` (for the domain and for every path)
+    /bad304                  a 304 that wrongly carries a 5-byte body: what follows on the connection is garbage
     /hops?n=N                302 to /hops?n=N-1, until n=0: 200 "arrived"
 """
 
@@ -37,6 +41,8 @@ class _Server(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.hits: list[str] = []  # "METHOD PATH" of every request received
+        self.connections = 0  # accepted
+        self.hung_up: list[float] = []  # when (time.monotonic()) each client of /hang closed its connection
         self.stopping = threading.Event()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -50,6 +56,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
         pass
+
+    def setup(self) -> None:
+        self.server.connections += 1
+        super().setup()
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's names)
         self._handle()
@@ -81,6 +91,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._big(int(q["bytes"]), q.get("length", "1") == "1")
             elif path == "/never":
                 self.server.stopping.wait()
+            elif path == "/hang":
+                self._wait_for_hang_up()
             elif path == "/trickle":
                 self.send_response(200)
                 self.send_header("content-length", "1000000")
@@ -91,7 +103,14 @@ class _Handler(BaseHTTPRequestHandler):
             elif path == "/redirect":
                 self._redirect(int(q.get("status", "302")), q["to"])
             elif path == "/loop":
-                self._redirect(302, "/loop")
+                self._redirect(302, self.path)
+            elif path == "/set-cookie":
+                self.send_response(200)
+                self.send_header("set-cookie", "session=cookie-from-upstream; Path=/; Max-Age=3600")
+                self.send_header("content-length", "0")
+                self.end_headers()
+            elif path == "/bad304":  # headers and body in one write: the client reads both at once
+                self.wfile.write(b"HTTP/1.1 304 Not Modified\r\ncontent-length: 5\r\n\r\nhello")
             elif path == "/hops":
                 n = int(q["n"])
                 if n > 0:
@@ -102,6 +121,20 @@ class _Handler(BaseHTTPRequestHandler):
                 self._reply(404, b"no such path", "text/plain")
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError):  # the client stopped reading: as it should
             self.close_connection = True
+
+    def _wait_for_hang_up(self) -> None:
+        self.connection.settimeout(0.05)
+        while not self.server.stopping.is_set():
+            try:
+                if not self.connection.recv(4096):
+                    self.server.hung_up.append(time.monotonic())
+                    break
+            except TimeoutError:
+                continue
+            except OSError:  # reset: hung up as well
+                self.server.hung_up.append(time.monotonic())
+                break
+        self.close_connection = True
 
     def _reply(self, status: int, body: bytes, content_type: str) -> None:
         self.send_response(status)
@@ -146,6 +179,14 @@ class TestServer:
     @property
     def hits(self) -> list[str]:
         return self._server.hits
+
+    @property
+    def connections(self) -> int:
+        return self._server.connections
+
+    @property
+    def hung_up(self) -> list[float]:
+        return self._server.hung_up
 
     def url(self, path: str = "/", host: str = "127.0.0.1") -> str:
         return f"{self.scheme}://{host}:{self.port}{path}"

@@ -124,8 +124,9 @@ class Host:
         self._tickers: dict[int, EpochTicker] = {}
         self._closed = False
         self._llm = LlmService(self._get_registry)
-        # Key-value stores and the outbound HTTP client, shared by every component and closed with the Host.
-        self.grant_services = GrantServices(self.config.key_value, self.config.data_dir)
+        # Key-value stores (shared by every component), each component's outbound HTTP client and the host's budget for
+        # bytes handed into guests; closed with the Host.
+        self.grant_services = GrantServices(self.config.key_value, self.config.data_dir, self.config.transfer_memory_mb)
         sandbox = self.config.sandbox
         self.limits = ScopeLimits(
             sandbox.stream_idle_timeout_s,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tomllib
 from collections.abc import Mapping
@@ -10,6 +11,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from llmhost.domain.hosts import parse_allowed_host
 from llmhost.domain.limits import (
     BUILTIN_MODELS,
     DEFAULT_BATCH_SIZE,
@@ -27,6 +29,10 @@ from llmhost.domain.limits import (
     MAX_SWAPPED_MB,
     STREAM_IDLE_TIMEOUT_S,
 )
+from llmhost.domain.redaction import redact_url
+from llmhost.domain.stores import grant_reaches, redis_address, redis_url_problem, store_file_name
+
+_log = logging.getLogger(__name__)
 
 
 def _kebab(name: str) -> str:
@@ -34,7 +40,10 @@ def _kebab(name: str) -> str:
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(alias_generator=_kebab, populate_by_name=True, extra="forbid", frozen=True)
+    # Errors never quote the input: it may hold a password (a Redis `url`) or a config value.
+    model_config = ConfigDict(
+        alias_generator=_kebab, populate_by_name=True, extra="forbid", frozen=True, hide_input_in_errors=True
+    )
 
 
 class ModelConfig(_Section):
@@ -213,7 +222,10 @@ class KeyValueStoreConfig(_Section):
             if self.url is None:
                 raise ValueError('`url` is required with backend = "redis" (e.g. "redis://127.0.0.1:6379/0")')
             if not self.url.startswith(("redis://", "rediss://", "unix://")):
-                raise ValueError(f"`url`: {self.url!r} is not a redis:// (or rediss://, unix://) URL")
+                raise ValueError(f"`url`: {redact_url(self.url)!r} is not a redis:// (or rediss://, unix://) URL")
+            problem = redis_url_problem(self.url)
+            if problem is not None:
+                raise ValueError(f"`url`: {problem}")
             if self.path is not None:
                 raise ValueError('`path` is for backend = "sqlite"; a Redis store takes `url`')
         elif self.url is not None:
@@ -225,8 +237,44 @@ def default_stores() -> dict[str, KeyValueStoreConfig]:
     return {DEFAULT_STORE: KeyValueStoreConfig()}
 
 
-def _with_default_store(stores: dict[str, KeyValueStoreConfig]) -> dict[str, KeyValueStoreConfig]:
-    return stores if DEFAULT_STORE in stores else {DEFAULT_STORE: KeyValueStoreConfig(), **stores}
+def with_default_store(stores: dict[str, KeyValueStoreConfig]) -> dict[str, KeyValueStoreConfig]:
+    """The declared stores and `default`, which exists without a table; checked by `check_store_files`."""
+    return check_store_files(stores if DEFAULT_STORE in stores else {DEFAULT_STORE: KeyValueStoreConfig(), **stores})
+
+
+def check_store_files(stores: dict[str, KeyValueStoreConfig]) -> dict[str, KeyValueStoreConfig]:
+    """Two stores never share a file: SQLite stores without a `path` whose file names differ only in case (one file
+    on case-insensitive file systems, macOS's and Windows') are refused, naming both keys."""
+    seen: dict[str, str] = {}
+    for name, store in stores.items():
+        if store.backend == "sqlite" and store.path is None:
+            file = store_file_name(name)
+            other = seen.setdefault(file.casefold(), name)
+            if other != name:
+                raise ValueError(
+                    f"`key-value.{other}` and `key-value.{name}` would share the file DATA-DIR/kv/{file} (names "
+                    "that differ only in case are one file on case-insensitive file systems): rename one, or give it "
+                    "a `path`"
+                )
+    return stores
+
+
+def warn_redis_grants(stores: Mapping[str, KeyValueStoreConfig], grants: Mapping[str, GrantsConfig]) -> None:
+    """Warn of each `allowed-outbound-hosts` entry that reaches a Redis store's address (`grants`: the table key,
+    e.g. `sandbox`, -> its grants): its guests could send requests to that Redis itself, past `key-value-stores`."""
+    for name, store in stores.items():
+        address = redis_address(store.url) if store.backend == "redis" and store.url is not None else None
+        if address is None:
+            continue
+        for key, config in grants.items():
+            for pattern in config.allowed_outbound_hosts:
+                if grant_reaches(parse_allowed_host(pattern), *address):
+                    _log.warning(
+                        "`%s.allowed-outbound-hosts` entry %r reaches the Redis of `key-value.%s.url` (%s port %d): "
+                        "the component can send requests to that Redis directly, past its `key-value-stores` grant "
+                        "and the store quotas (grant a narrower host or port)",
+                        key, pattern, name, address[0], address[1],
+                    )  # fmt: skip
 
 
 def _default_models() -> dict[str, ModelConfig]:
@@ -253,6 +301,9 @@ class HostConfig(_Section):
     # Cranelift compiles it in the background for the next run; "optimized": always wait for Cranelift.
     # Default: $LLMHOST_COMPILE_STRATEGY, else "fast-first".
     compile_strategy: CompileStrategy = Field(default_factory=_default_compile_strategy)
+    # `transfer-memory-mb`: host memory that byte lists handed into guests may take at once, all components together
+    # (grants/transfers.py). None: an eighth of this machine's memory, between 256 MB and 2 GB.
+    transfer_memory_mb: int | None = Field(default=None, ge=16)
 
     @field_validator("models")
     @classmethod
@@ -262,7 +313,12 @@ class HostConfig(_Section):
     @field_validator("key_value")
     @classmethod
     def _default_store(cls, stores: dict[str, KeyValueStoreConfig]) -> dict[str, KeyValueStoreConfig]:
-        return _with_default_store(stores)
+        return with_default_store(stores)
+
+    @model_validator(mode="after")
+    def _warn_redis_grants(self) -> HostConfig:
+        warn_redis_grants(self.key_value, {"sandbox": self.sandbox})
+        return self
 
 
 def default_data_dir() -> Path:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from llmhost import App, Host, InferencingParams
+from llmhost.interfaces.versions import CURRENT, VERSIONS
 
 from .conftest import MODELS
 from .test_examples import REPO
@@ -116,7 +117,7 @@ def test_bindings_and_wit_for_other_toolchains(tmp_path: Path, llmhost_cache_dir
     assert "export function infer(" in declarations and "maxTokens" in declarations
     done = cli("wit", "-o", "wit", cwd=tmp_path, cache_dir=llmhost_cache_dir)
     assert done.returncode == 0, done.stderr
-    assert (tmp_path / "wit" / "llm.wit").read_text().startswith("package llmhost:llm@0.2.3;")
+    assert (tmp_path / "wit" / "llm.wit").read_text().startswith(f"package llmhost:llm@{CURRENT};")
     assert (tmp_path / "wit" / "deps" / "keyvalue" / "store.wit").is_file()  # the standard packages it imports
-    for version in ("0.1.0", "0.2.0", "0.2.1", "0.2.2"):
+    for version in VERSIONS[:-1]:
         assert (tmp_path / "wit" / version / "llm.wit").read_text().startswith(f"package llmhost:llm@{version};")

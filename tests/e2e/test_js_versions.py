@@ -56,6 +56,12 @@ ADDED = {
         "caught(() => send({ method: 'GET', url: 'http://127.0.0.1:9/', headers: [], body: undefined, "
         "timeoutMs: undefined }))",
     ),
+    # A response whose body is read in chunks, without a grant: `denied` the same way.
+    "0.2.4": (
+        'import { sendStreamed } from "llmhost:llm/outbound-http@{v}";',
+        "caught(() => sendStreamed({ method: 'GET', url: 'http://127.0.0.1:9/', headers: [], body: undefined, "
+        "timeoutMs: undefined }))",
+    ),
 }
 TEMPLATE = """\
 // A guest written against llmhost:llm@{v}: it names that version in its imports, and builds against it.
@@ -122,10 +128,10 @@ def test_a_js_source_on_each_version_builds_and_runs(
 ) -> None:
     wasm = version_guests[version]
     names = imports(wasm)
-    # Built against the version it names: its imports are that version's (and only 0.2.3 has the platform's).
+    # Built against the version it names: its imports are that version's (and from 0.2.3 on, the platform's).
     assert f"llmhost:llm/llm@{version}" in names
     assert not [n for n in names if n.startswith("llmhost:llm/") and not n.endswith(f"@{version}")], names
-    assert ("wasi:keyvalue/store@0.2.0-draft2" in names) == (version == "0.2.3")
+    assert ("wasi:keyvalue/store@0.2.0-draft2" in names) == (version in ("0.2.3", "0.2.4"))
     done = real_host.load(wasm).run_captured([MODEL, PROMPT])
     assert done.exit_code == 0, done.stderr
     got: dict[str, Any] = json.loads(done.stdout)
@@ -138,6 +144,7 @@ def test_a_js_source_on_each_version_builds_and_runs(
         "0.2.1": InferencingParams().max_tokens,
         "0.2.2": [True] + [False] * (got["tokens"] - 1),  # no log-probability for the first token only
         "0.2.3": {"tag": "denied"},
+        "0.2.4": {"tag": "denied"},
     }[version]
     assert got["extra"] == expected_extra
 

@@ -16,6 +16,7 @@ import pytest
 
 from llmhost.domain.errors import ConnectionFailed, InvalidRequest, OutboundDenied, OutboundTimeout, TooLarge
 from llmhost.domain.hosts import parse_allowed_hosts
+from llmhost.domain.limits import MAX_OUTBOUND_BODY_BYTES
 from llmhost.grants.outbound import policy
 from llmhost.grants.outbound.client import OutboundClient
 from llmhost.grants.outbound.messages import OutboundRequest, OutboundResponse
@@ -235,6 +236,18 @@ def test_a_body_at_the_limit_passes_one_byte_over_is_too_large(client: OutboundC
     for length in ("0", "1"):  # without a content-length, it is found out while reading
         with pytest.raises(TooLarge, match="max-response-bytes"):
             send(client, server.url(f"/big?bytes={MAX + 1}&length={length}"), own(server))
+
+
+def test_a_request_body_over_2_mib_is_refused_unsent(client: OutboundClient, server: TestServer) -> None:
+    """The SDK refuses it before calling; a guest that calls the binding itself is refused by the host."""
+    before = len(server.hits)
+    with pytest.raises(InvalidRequest, match=f"over the {MAX_OUTBOUND_BODY_BYTES} bytes one request can carry"):
+        send(client, server.url("/echo"), own(server), "POST", body=b"b" * (MAX_OUTBOUND_BODY_BYTES + 1))
+    assert len(server.hits) == before
+    at_limit = send(
+        client, server.url("/echo"), own(server), "POST", body=b"b" * MAX_OUTBOUND_BODY_BYTES, max_bytes=4 * MAX
+    )
+    assert at_limit.status == 200 and len(json.loads(at_limit.body)["body"]) == MAX_OUTBOUND_BODY_BYTES
 
 
 def test_a_50_mb_response_is_too_large_and_memory_stays_flat(client: OutboundClient, server: TestServer) -> None:

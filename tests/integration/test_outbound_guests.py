@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ import pytest
 
 from llmhost import App, FakeEngineConfig, Host, HostConfig, build_component
 from llmhost.config import EnvValue, SandboxConfig
-from outbound_servers import TestServer, self_signed_certificate, serving, tls_server_context
+from outbound_servers import TestServer, self_signed_certificate, serving, tls_server_context, wait_for
 from probe_driver import ProbeOutcome, run_probe
 from serve_driver import Server
 from serve_driver import serving as serving_llmhost
@@ -183,6 +184,16 @@ def test_sdk_checks_strings_and_body_size_before_calling(granted: App, server: T
     big = run_probe(granted, "bigbody", server.url("/echo"), str(2 * 1024 * 1024 + 1))
     assert error_kind(big) == "invalid-request" and "one request can carry" in big.error["message"]  # type: ignore[index]
     assert run_probe(granted, "bigbody", server.url("/echo"), str(2 * 1024 * 1024)).value["status"] == 200
+
+
+def test_the_host_refuses_a_body_over_2_mib_whatever_the_guest(granted: App, server: TestServer) -> None:
+    """Through the binding itself, past the SDK's check: refused by the host, nothing sent."""
+    before = len(server.hits)
+    big = run_probe(granted, "rawbody", server.url("/echo"), str(2 * 1024 * 1024 + 1))
+    assert big.error is not None and big.error["kind"] == "InvalidRequest", (big.value, big.stderr)
+    assert "over the 2097152 bytes one request can carry" in big.error["message"]
+    assert len(server.hits) == before
+    assert run_probe(granted, "rawbody", server.url("/echo"), str(2 * 1024 * 1024)).value["status"] == 200
 
 
 def test_max_outbound_requests_per_run(llmhost_cache_dir: Path, wasm: dict[str, Path], server: TestServer) -> None:
@@ -351,4 +362,18 @@ def test_serve_a_request_that_never_answers_ends_by_the_deadline(served: Server,
     status, body = served.request("GET", f"/fetch?spec={quote(json.dumps({'url': server.url('/never')}))}")
     assert time.monotonic() - started < GENEROUS_S
     assert status == 504 or json.loads(body)["err"]["kind"] == "timeout", (status, body[:300])
+    assert serve_fetch(served, url=server.url("/hello"))["ok"]["text"] == "hello"
+
+
+def test_serve_a_client_that_leaves_stops_its_guests_outbound_request(served: Server, server: TestServer) -> None:
+    """The client disconnects while its guest waits on an upstream that never answers: the run is cancelled, and
+    the upstream sees the request's connection closed at once, not at the request's deadline (4 s)."""
+    before = len(server.hung_up)
+    path = f"/fetch?spec={quote(json.dumps({'url': server.url('/hang')}))}"
+    with socket.create_connection((served.host, served.port)) as client:
+        client.sendall(f"GET {path} HTTP/1.1\r\nhost: llmhost\r\n\r\n".encode())
+        assert wait_for(lambda: "GET /hang" in server.hits)
+        left = time.monotonic()
+    assert wait_for(lambda: len(server.hung_up) > before, GENEROUS_S)
+    assert server.hung_up[-1] - left < 2.0, "the outbound request outlived its client"
     assert serve_fetch(served, url=server.url("/hello"))["ok"]["text"] == "hello"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
+
 
 class LlmError(Exception):
     """An expected failure; `abi` turns it into the WIT `error` variant (never a trap)."""
@@ -11,6 +14,16 @@ class LlmError(Exception):
     def __init__(self, message: str = "") -> None:
         super().__init__(message)
         self.message = message
+
+    def scrubbed(self, scrub: Callable[[str], str]) -> LlmError:
+        """This error with its message passed through `scrub` (e.g. `Grants.scrub`): same class and kind, so the
+        guest gets the same WIT case. The error itself is left as it was."""
+        message = scrub(self.message)
+        if message == self.message:
+            return self
+        scrubbed = copy.copy(self)
+        scrubbed.message, scrubbed.args = message, (message,)
+        return scrubbed
 
 
 class ModelNotSupported(LlmError):

@@ -201,6 +201,26 @@ MAX_OUTBOUND_REQUESTS = 100
 MAX_REDIRECTS = 5
 # An outbound request's timeout when neither the guest nor a deadline sets a shorter one.
 OUTBOUND_TIMEOUT_S = 30.0
+# Each component's own outbound client (README "Outbound HTTP"): connections it may have open at once, and idle ones
+# kept alive for its next requests.
+OUTBOUND_MAX_CONNECTIONS = 100
+OUTBOUND_KEEPALIVE_CONNECTIONS = 20
+# Threads each component's DNS lookups run on (getaddrinfo takes no timeout: a hung lookup holds its thread, and
+# delays only its own component's next ones).
+OUTBOUND_DNS_THREADS = 4
 # A host call that waits on the outside world gives up this long (at most a tenth of the time left) before the run's
 # deadline, so that the guest still runs to act on the error before the run is stopped.
 DEADLINE_MARGIN_S = 0.5
+
+# -- host memory for byte lists handed into guests (grants/transfers.py) ----------------------------------------------
+# wasmtime-py 50's C API passes a list<u8> as one 32-byte value per byte, and wasmtime converts that array again
+# before copying it into the guest: ~80 host bytes per byte at the peak (measured: a 10 MiB body peaks ~840 MB).
+LOWERED_BYTES_PER_BYTE = 80
+# The config key of the host-wide budget for such hand-overs (host config and serve's), in MB; its default is this
+# share of the machine's memory, within these bounds.
+TRANSFER_MEMORY_KEY = "transfer-memory-mb"
+TRANSFER_MEMORY_FRACTION = 0.125
+TRANSFER_MEMORY_MIN_MB = 256
+TRANSFER_MEMORY_MAX_MB = 2048
+# The most bytes one `incoming-body.read` hands over (0.2.4): ~80 MB of host memory at its peak.
+MAX_BODY_READ_BYTES = 1024 * 1024

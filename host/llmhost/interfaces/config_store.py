@@ -30,5 +30,9 @@ def define_config_store(instance: LinkerInstance, grants: Grants, imported: dict
     def identity(value: Any) -> Any:
         return value
 
-    define_functions(instance, imported, {"get": (lambda _store, key: get(key), identity),
-                                          "get-all": (lambda _store: get_all(), identity)})
+    define_functions(
+        instance,
+        imported,
+        {"get": (lambda _store, key: get(key), identity), "get-all": (lambda _store: get_all(), identity)},
+        scrub=grants.scrub,
+    )

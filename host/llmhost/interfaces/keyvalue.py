@@ -19,6 +19,7 @@ from llmhost.domain.errors import AccessDenied, LlmError, StoreFailure
 from llmhost.domain.limits import MAX_KV_HANDLES
 from llmhost.grants import Grants, GrantServices
 from llmhost.grants.keyvalue.stores import Store
+from llmhost.interfaces.handover import hand_over
 from llmhost.interfaces.versions import KEYVALUE_ATOMICS, KEYVALUE_BATCH, KEYVALUE_STORE
 from llmhost.run.scope import HandleTable
 from llmhost.runtime import abi
@@ -100,7 +101,22 @@ def define_keyvalue(
         return abi.own_resource(_add(cases(store), Cas(opened, key, current), "compare-and-swap"), CAS_TYPE_ID)
 
     def cas_current(store: Any, handle: Any) -> bytes | None:
-        return cases(store).get(abi.resource_rep(store, handle)).current
+        return handed(store, cases(store).get(abi.resource_rep(store, handle)).current)
+
+    def handed(store: Any, value: bytes | None) -> bytes | None:
+        """A value on its way into the guest: its host-memory cost reserved first (interfaces/handover.py)."""
+        if value is not None:
+            hand_over(store, services.transfers, len(value), f"a {len(value)}-byte key-value value")
+        return value
+
+    def get(store: Any, handle: Any, key: str) -> bytes | None:
+        return handed(store, bucket(store, handle).get(key, time_left(store)))
+
+    def get_many(store: Any, handle: Any, keys: list[str]) -> list[tuple[str, bytes] | None]:
+        found = _get_many(bucket(store, handle), keys, time_left=time_left(store))
+        size = sum(len(pair[1]) for pair in found if pair is not None)
+        hand_over(store, services.transfers, size, f"{size} bytes of key-value values")
+        return found
 
     identity, nothing = (lambda value: value), (lambda _: None)
     fallible: dict[str, abi.Binding]
@@ -108,13 +124,13 @@ def define_keyvalue(
         instance.add_resource("bucket", ResourceType.host(BUCKET_TYPE_ID), _dropped(buckets))
         fallible = {
             "open": (open_store, identity),
-            "[method]bucket.get": (on_bucket(Store.get), identity),
+            "[method]bucket.get": (get, identity),
             "[method]bucket.set": (on_bucket(lambda s, key, value, **t: s.set(key, bytes(value), **t)), nothing),
             "[method]bucket.delete": (on_bucket(Store.delete), nothing),
             "[method]bucket.exists": (on_bucket(Store.exists), identity),
             "[method]bucket.list-keys": (on_bucket(Store.list_keys), lambda page: abi.key_response_to_wit(*page)),
         }
-        define_functions(instance, imported, fallible)
+        define_functions(instance, imported, fallible, scrub=grants.scrub)
     elif name == KEYVALUE_ATOMICS:
         instance.add_resource("cas", ResourceType.host(CAS_TYPE_ID), _dropped(cases))
         fallible = {
@@ -122,15 +138,15 @@ def define_keyvalue(
             "[method]cas.current": (cas_current, identity),
             "increment": (on_bucket(Store.increment), identity),
         }
-        plain = {"swap": _swap(imported["swap"], time_left)} if "swap" in imported else {}
-        define_functions(instance, imported, fallible, plain)
+        plain = {"swap": _swap(imported["swap"], time_left, grants.scrub)} if "swap" in imported else {}
+        define_functions(instance, imported, fallible, plain, scrub=grants.scrub)
     elif name == KEYVALUE_BATCH:
         fallible = {
-            "get-many": (on_bucket(_get_many), abi.optional_key_values_to_wit),
+            "get-many": (get_many, abi.optional_key_values_to_wit),
             "set-many": (on_bucket(lambda s, pairs, **t: s.set_many(abi.key_values_from_wit(pairs), **t)), nothing),
             "delete-many": (on_bucket(lambda s, keys, **t: s.delete_many([str(k) for k in keys], **t)), nothing),
         }
-        define_functions(instance, imported, fallible)
+        define_functions(instance, imported, fallible, scrub=grants.scrub)
 
 
 def _get_many(store: Store, keys: list[str], *, time_left: float | None) -> list[tuple[str, bytes] | None]:
@@ -139,7 +155,9 @@ def _get_many(store: Store, keys: list[str], *, time_left: float | None) -> list
     return [None if value is None else (key, value) for key, value in zip(keys, values, strict=True)]
 
 
-def _swap(func_type: FuncType, time_left: Callable[[Any], float | None]) -> Callable[..., Any]:
+def _swap(
+    func_type: FuncType, time_left: Callable[[Any], float | None], scrub: Callable[[str], str]
+) -> Callable[..., Any]:
     """`swap(cas, value)`: consumes the `cas`. Its error type is not the plain `error`, so it is encoded here, and
     (like every host function) it never raises: a failure is a value."""
     encoder = abi.CasSwapEncoder.from_wit(func_type.result)
@@ -155,10 +173,10 @@ def _swap(func_type: FuncType, time_left: Callable[[Any], float | None]) -> Call
             fresh = _add(cases(store), Cas(cas.store, cas.key, current), "compare-and-swap")
             return encoder.cas_failed(abi.own_resource(fresh, CAS_TYPE_ID))
         except LlmError as error:
-            return encoder.store_error(error)
+            return encoder.store_error(error.scrubbed(scrub))
         except Exception as error:  # a host bug: a value, not a trap
             _log.exception("key-value swap failed")
-            return encoder.store_error(LlmError(f"internal host error: {type(error).__name__}: {error}"))
+            return encoder.store_error(LlmError(scrub(f"internal host error: {type(error).__name__}: {error}")))
 
     return swap
 

@@ -5,14 +5,15 @@ and gets host functions typed by its own (0.1.0) import types; the only conversi
 absent from a 0.1.0 params record take their defaults; 0.2.0 result fields are simply not lowered). Later
 versions add functions only (0.2.1: `default-params`; 0.2.2: `generate-embeddings-for-tokens` and
 `sequence.append-tokens-with-logprobs`; 0.2.3: the `outbound-http` interface and the `platform` world, which also
-imports the standard `wasi:keyvalue` and `wasi:config` interfaces): a component that does not import one never
+imports the standard `wasi:keyvalue` and `wasi:config` interfaces; 0.2.4: `outbound-http.send-streamed` and its
+`incoming-body` resource): a component that does not import one never
 sees it.
 """
 
 from __future__ import annotations
 
 PACKAGE = "llmhost:llm"
-VERSIONS = ("0.1.0", "0.2.0", "0.2.1", "0.2.2", "0.2.3")
+VERSIONS = ("0.1.0", "0.2.0", "0.2.1", "0.2.2", "0.2.3", "0.2.4")
 CURRENT = VERSIONS[-1]
 
 

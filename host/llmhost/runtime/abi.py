@@ -379,6 +379,7 @@ def define_functions(
     imported: Mapping[str, Any],
     fallible: Mapping[str, Binding],
     plain: Mapping[str, Callable[..., Any]] | None = None,
+    scrub: Callable[[str], str] | None = None,
 ) -> None:
     """Register, typed by the component's own imports, each imported function found in `fallible` (wrapped by
     `guarded`: its `LlmError`s become the WIT `err` value) or in `plain` (functions with no error case, which
@@ -388,13 +389,18 @@ def define_functions(
         if name in fallible:
             function, to_wit = fallible[name]
             encoder = ResultEncoder.from_wit(func_type.result)
-            add_func(instance, name, guarded(function, to_wit, encoder, with_store=True), func_type)
+            add_func(instance, name, guarded(function, to_wit, encoder, with_store=True, scrub=scrub), func_type)
         elif plain is not None and name in plain:
             add_func(instance, name, plain[name], func_type)
 
 
 def guarded(
-    function: Callable[..., Any], to_wit: Callable[[Any], Any], encoder: ResultEncoder, *, with_store: bool = False
+    function: Callable[..., Any],
+    to_wit: Callable[[Any], Any],
+    encoder: ResultEncoder,
+    *,
+    with_store: bool = False,
+    scrub: Callable[[str], str] | None = None,
 ) -> Callable[..., Any]:
     """Wrap a domain function as a host function (`fn(store, *wit_args)`) that never raises.
 
@@ -402,17 +408,19 @@ def guarded(
 
     A Python exception escaping a host function traps the guest, so expected failures (`LlmError`) become the
     WIT `err` value, and anything else becomes `runtime-error` with the message and is logged with its
-    traceback, since it is a host bug.
+    traceback, since it is a host bug. `scrub`: what every message goes through first (the component's secrets,
+    values from `{ env = ... }`, never leave the host in text).
     """
+    clean = scrub if scrub is not None else (lambda text: text)
 
     def host_function(store: Any, *args: Any) -> Any:
         try:
             return encoder.ok(to_wit(function(store, *args) if with_store else function(*args)))
         except LlmError as error:
-            return encoder.err(error)
+            return encoder.err(error.scrubbed(clean) if scrub is not None else error)
         except Exception as error:  # every failure must become a value, not a trap
-            message = f"internal host error: {type(error).__name__}: {error}"
-            _log.exception("%s", message)
+            message = clean(f"internal host error: {type(error).__name__}: {error}")
+            _log.error("%s", message, exc_info=scrub is None)  # a traceback may quote a secret: none then
             return encoder.err(LlmError(message))
 
     return host_function
@@ -621,3 +629,8 @@ def outbound_response_to_wit(response: OutboundResponse) -> Record:
             "body": bytes(response.body),
         }
     )
+
+
+def streamed_response_to_wit(response: OutboundResponse, body: ResourceHost) -> Record:
+    """0.2.4's `streamed-response`: the status and headers, the body as an `incoming-body` handle."""
+    return _record({"status": response.status, "headers": http_fields_to_wit(response.headers), "body": body})

@@ -19,6 +19,7 @@ such a call traps with a type error.
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable
 from ctypes import (
     CFUNCTYPE,
@@ -64,6 +65,7 @@ from wasmtime.component._enter import catch_exceptions
 from wasmtime.component._types import VariantLikeType
 
 from llmhost.runtime import lists
+from llmhost.runtime.sandbox import scope_of
 
 # Lowering: every `lower(store, value, out)` writes `value` into `out` (a `wasmtime_component_val_t`) whole, or
 # raises and leaves `out` as it was, so that a failed lowering never leaves wasmtime a half-built value to free.
@@ -370,6 +372,31 @@ class _Signature:
         self.result = snapshot(func_type.result)
 
 
+# Host memory reserved for values host functions returned (grants/transfers.py), held until wasmtime has copied them
+# into the guest. That copy is done when the guest makes its next host call, or when its run ends: released then.
+# Keyed by the run scope (the store's data), which a store and the contexts host functions get share.
+_held: dict[int, list[Callable[[], None]]] = {}
+_held_lock = threading.Lock()
+
+
+def hold_until_lowered(store: Any, release: Callable[[], None]) -> None:
+    """Call `release` once the value the current host function returns is in the guest (or the run is over)."""
+    scope = scope_of(store)
+    key = id(scope)
+    with _held_lock:
+        first = key not in _held
+        _held.setdefault(key, []).append(release)
+    if first:
+        scope.table("lowered-holds", lambda: key, _release_held)
+
+
+def _release_held(key: int) -> None:
+    with _held_lock:
+        releases = _held.pop(key, ())
+    for release in releases:
+        release()
+
+
 _functions: dict[int, tuple[Callable[..., Any], _Signature]] = {}
 _ids = itertools.count(1)  # never 0: the id travels through a C `void *`, and a null one reads back as None
 
@@ -377,6 +404,8 @@ _ids = itertools.count(1)  # never 0: the id travels through a C `void *`, and a
 @ffi.wasmtime_component_func_callback_t
 def _call(fid: int | None, context: Any, _ty: Any, args: Any, nargs: int, results: Any, nresults: int) -> Any:
     def run(store: Any) -> None:
+        if _held:  # the guest is running again: what an earlier call of its run handed over is in its memory now
+            _release_held(id(scope_of(store)))
         func, signature = _functions[fid or 0]
         if len(signature.params) != nargs or nresults != (0 if signature.result is None else 1):
             raise TypeError("the caller imported this function with another type than the one it was defined for")

@@ -10,7 +10,9 @@ from wasmtime import Store, WasmtimeError
 from wasmtime.component import ComponentInstanceType, FuncType
 
 from llmhost.api import Host, LoadError, _cause, check_imports
+from llmhost.domain.errors import LlmError
 from llmhost.domain.limits import ALLOWED_MODELS_KEY, DEFAULT_MAX_LOG_BYTES, MAX_REASON_CHARS
+from llmhost.grants.transfers import lowered_cost
 from llmhost.interfaces.http import (
     HANDLE_EXPORT,
     HANDLER_INTERFACES,
@@ -25,6 +27,7 @@ from llmhost.interfaces.llm import INTERFACES as LLM_INTERFACES
 from llmhost.interfaces.sequences import INTERFACES as SEQUENCES_INTERFACES
 from llmhost.run.scope import RunScope
 from llmhost.runtime import abi
+from llmhost.runtime.host_funcs import hold_until_lowered
 from llmhost.runtime.sandbox import CapturedOutput, new_store
 from llmhost.serve.config import ComponentSettings
 
@@ -95,6 +98,7 @@ class HttpComponent:
             extra={name: lambda instance, imported: define_http(instance, imported) for name in HTTP_INTERFACES},
         )
         self.compiled = linked.compiled
+        self._transfers = host.grant_services.transfers
         self._engine, self._component, self._linker = linked.engine, linked.component, linked.linker
         handler_name = self._check()
         handler = self._component.get_export_index(handler_name)
@@ -155,6 +159,7 @@ class HttpComponent:
             request_value = abi.http_request_to_wit(
                 request.method, request.path_with_query, request.headers, request.body
             )
+            self._reserve_body(store, len(request.body), deadline_s)
             try:
                 value = handle(store, request_value, abi.borrow_resource(rep, WRITER_TYPE_ID))
                 handle.post_return(store)
@@ -170,6 +175,17 @@ class HttpComponent:
                 store.close()
             if output.log():
                 on_log_dropped()
+
+    def _reserve_body(self, store: Store, size: int, deadline_s: float) -> None:
+        """The host memory that handing the request body to the guest takes (grants/transfers.py), reserved within the
+        request's deadline and held until the guest runs; 503 naming the budget's key when it cannot be had."""
+        if not size:
+            return
+        try:
+            cost = self._transfers.reserve(lowered_cost(size), f"the {size}-byte request body", max(0.0, deadline_s))
+        except LlmError as error:
+            raise GuestFailure(503, error.message) from None  # the host is busy, not the guest at fault
+        hold_until_lowered(store, lambda: self._transfers.release(cost))
 
 
 class GuestOutput:

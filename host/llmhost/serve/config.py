@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from llmhost.config import (
     ConfigError,
@@ -31,6 +31,8 @@ from llmhost.config import (
     default_stores,
     read_config,
     stores_relative_to,
+    warn_redis_grants,
+    with_default_store,
 )
 from llmhost.domain.limits import (
     BUILTIN_MODELS,
@@ -96,6 +98,9 @@ class AppConfig(_Section):
     cache_dir: Path = Field(default_factory=default_cache_dir)
     data_dir: Path = Field(default_factory=default_data_dir)  # where the `default` key-value store lives
     key_value: dict[str, KeyValueStoreConfig] = Field(default_factory=default_stores)
+    # Host memory for byte lists handed into guests, all components together (as HostConfig's; None: sized to the
+    # machine).
+    transfer_memory_mb: int | None = Field(default=None, ge=16)
     engine: EngineConfig = Field(default_factory=LlamaCppEngineConfig)
     models: dict[str, ModelConfig] = Field(default_factory=lambda: {name: ModelConfig() for name in BUILTIN_MODELS})
     limits: Limits = Field(default_factory=Limits)
@@ -120,6 +125,17 @@ class AppConfig(_Section):
     def _valid_aliases(cls, models: dict[str, ModelConfig]) -> dict[str, ModelConfig]:
         return check_aliases(models)
 
+    @field_validator("key_value")
+    @classmethod
+    def _valid_stores(cls, stores: dict[str, KeyValueStoreConfig]) -> dict[str, KeyValueStoreConfig]:
+        with_default_store(stores)  # refuses stores that would share a file, `default` included
+        return stores
+
+    @model_validator(mode="after")
+    def _warn_redis_grants(self) -> AppConfig:
+        warn_redis_grants(self.key_value, {f"components.{name}": c for name, c in self.components.items()})
+        return self
+
     def host_config(self) -> HostConfig:
         return HostConfig(
             engine=self.engine,
@@ -127,6 +143,7 @@ class AppConfig(_Section):
             cache_dir=self.cache_dir,
             data_dir=self.data_dir,
             key_value=self.key_value,
+            transfer_memory_mb=self.transfer_memory_mb,
         )
 
 

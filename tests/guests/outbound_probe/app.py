@@ -8,6 +8,7 @@
     many URL N             N GETs of URL: each one's status, or its error's kind
     surrogate URL          SDK calls given a lone surrogate (URL, header): the errors they raise, not a trap
     bigbody URL BYTES      a POST with a body of BYTES bytes
+    rawbody URL BYTES      the same through the binding itself, past the SDK's checks: {"status", "len"}
     config NAME...         config.get(NAME) for each, and the sorted names of config.get_all()
     config_hash NAME       the SHA-256 of config.get(NAME) (a secret is never printed)
 """
@@ -68,6 +69,19 @@ def op_bigbody(url, size):
     return response_json(http.post(url, body=b"b" * int(size)))
 
 
+def op_rawbody(url, size):
+    from componentize_py_types import Err
+    from wit_world.imports import outbound_http as wit
+
+    request = wit.Request(method="POST", url=url, headers=[], body=b"b" * int(size), timeout_ms=None)
+    try:
+        reply = wit.send(request)
+    except Err as failure:
+        kind = type(failure.value).__name__.removeprefix("Error_")
+        raise http.HttpError(kind, str(failure.value.value)) from None
+    return {"status": reply.status, "len": len(reply.body)}
+
+
 def op_config(*names):
     return {"get": {name: config.get(name) for name in names}, "all": sorted(config.get_all())}
 
@@ -86,6 +100,7 @@ OPERATIONS = {
     "many": op_many,
     "surrogate": op_surrogate,
     "bigbody": op_bigbody,
+    "rawbody": op_rawbody,
     "config": op_config,
     "config_hash": op_config_hash,
 }

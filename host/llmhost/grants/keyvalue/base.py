@@ -19,6 +19,7 @@ from typing import Protocol
 
 from llmhost.domain.errors import StoreFailure
 from llmhost.domain.limits import KV_QUOTA_PREFIX, MAX_KV_KEY_BYTES, MAX_KV_VALUE_BYTES
+from llmhost.domain.redaction import describe_key
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 # A counter's value, as `increment` reads and writes it: an optional minus sign and digits without leading zeros
@@ -78,11 +79,11 @@ def check_key(key: str) -> bytes:
     if len(encoded) > MAX_KV_KEY_BYTES:
         raise StoreFailure(
             f"invalid key: {len(encoded)} bytes of UTF-8, more than the {MAX_KV_KEY_BYTES} a key may have "
-            f"({describe(key)})"
+            f"({describe_key(key)})"
         )
     nul = key.find("\0")
     if nul >= 0:
-        raise StoreFailure(f"invalid key: it contains a NUL character at position {nul} ({describe(key)})")
+        raise StoreFailure(f"invalid key: it contains a NUL character at position {nul} ({describe_key(key)})")
     return encoded
 
 
@@ -93,12 +94,6 @@ def check_value(limits: StoreLimits, value: bytes) -> None:
             limits.max_value_bytes,
             f"the value is {len(value):,} bytes (store smaller values, or raise it in the config)",
         )
-
-
-def describe(key: str) -> str:
-    """A key as messages show it: quoted, and cut short when long."""
-    shown = key if len(key) <= 60 else key[:60] + "..."
-    return repr(shown).encode("utf-8", "replace").decode("utf-8")
 
 
 # -- quotas -----------------------------------------------------------------------------------------------------------
@@ -149,7 +144,7 @@ def parse_counter(key: str, value: bytes | None) -> int:
 
 def not_a_counter(key: str) -> StoreFailure:
     return StoreFailure(
-        f"increment: the value of {describe(key)} is not a decimal integer in the signed 64-bit range (set it to "
+        f"increment: the value of {describe_key(key)} is not a decimal integer in the signed 64-bit range (set it to "
         "one, or delete it, first)"
     )
 
@@ -157,7 +152,9 @@ def not_a_counter(key: str) -> StoreFailure:
 def add_checked(key: str, current: int, delta: int) -> int:
     result = current + delta
     if not I64_MIN <= result <= I64_MAX:
-        raise StoreFailure(f"increment: {describe(key)} would overflow a signed 64-bit integer ({current} + {delta})")
+        raise StoreFailure(
+            f"increment: {describe_key(key)} would overflow a signed 64-bit integer ({current} + {delta})"
+        )
     return result
 
 
@@ -180,8 +177,8 @@ def decode_cursor(store: str, cursor: str) -> str:
         except (binascii.Error, ValueError):
             pass
     raise StoreFailure(
-        f"list-keys: the cursor {describe(cursor)} was not returned by store {store!r}'s list-keys (pass the cursor "
-        "of the previous page unchanged, or none for the first page)"
+        f"list-keys: the cursor {describe_key(cursor)} was not returned by store {store!r}'s list-keys (pass the "
+        "cursor of the previous page unchanged, or none for the first page)"
     )
 
 

@@ -15,14 +15,14 @@ checks each connection before reuse and reconnects, so a Redis that was restarte
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from llmhost.domain.errors import StoreFailure
 from llmhost.domain.limits import KV_BACKEND_TIMEOUT_S
-from llmhost.grants.keyvalue.base import StoreLimits, describe, growth_error, not_a_counter
+from llmhost.domain.redaction import describe_key, redact_url, scrub, url_secrets
+from llmhost.grants.keyvalue.base import StoreLimits, growth_error, not_a_counter
 
 T = TypeVar("T")
 
@@ -109,12 +109,6 @@ if not present then redis.call('ZADD', index, 0, k) end
 if added ~= 0 then redis.call('INCRBY', bytes, added) end
 return {'ok', new}
 """
-_PASSWORD = re.compile(r"(//[^:/@]*:)[^@/]*@")
-
-
-def redact(url: str) -> str:
-    """A Redis URL as messages show it: without its password."""
-    return _PASSWORD.sub(r"\1***@", url)
 
 
 class RedisBackend:
@@ -122,14 +116,18 @@ class RedisBackend:
         import redis  # lazy: only hosts with a Redis store need the client
 
         self.limits = limits
-        self.url = redact(url)
+        self.url = redact_url(url)
+        # The client's own messages may echo a part of the URL (a port it cannot parse, a server's reply).
+        self._secrets = url_secrets(url)
         self._errors = redis.RedisError
         self._timeouts = redis.TimeoutError
         self._connection_errors = redis.ConnectionError
-        # No retries (the pool's default): a retried write may apply twice. Timeouts bound every wait.
-        self._pool = redis.ConnectionPool.from_url(
-            url, socket_timeout=KV_BACKEND_TIMEOUT_S, socket_connect_timeout=KV_BACKEND_TIMEOUT_S
-        )
+        try:  # No retries (the pool's default): a retried write may apply twice. Timeouts bound every wait.
+            self._pool = redis.ConnectionPool.from_url(
+                url, socket_timeout=KV_BACKEND_TIMEOUT_S, socket_connect_timeout=KV_BACKEND_TIMEOUT_S
+            )
+        except ValueError:  # its message may quote the URL's parts
+            raise self._failure("the `url` does not parse as a Redis URL") from None
         self._client = redis.Redis(connection_pool=self._pool)
         prefix = f"llmhost:kv:{{{limits.name}}}:"
         self._keys = [prefix + "data", prefix + "index", prefix + "bytes"]
@@ -151,7 +149,7 @@ class RedisBackend:
             raise self._failure(f"{what}: {error}") from None
 
     def _failure(self, detail: str) -> StoreFailure:
-        return StoreFailure(f"key-value store {self.limits.name!r} (Redis, {self.url}): {detail}")
+        return StoreFailure(f"key-value store {self.limits.name!r} (Redis, {self.url}): {scrub(detail, self._secrets)}")
 
     def _quota_args(self) -> list[int]:
         return [
@@ -213,7 +211,7 @@ class RedisBackend:
         if reply[0] == b"nan":
             raise not_a_counter(key)
         if reply[0] == b"overflow":
-            raise StoreFailure(f"increment: {describe(key)} would overflow a signed 64-bit integer (+ {delta})")
+            raise StoreFailure(f"increment: {describe_key(key)} would overflow a signed 64-bit integer (+ {delta})")
         raise self._refused(reply)
 
     def swap(self, key: str, expected: bytes | None, value: bytes, timeout: float) -> tuple[bool, bytes | None]:

@@ -6,8 +6,6 @@ each call by the run's deadline, and leaves the data and the atomic quota checks
 
 from __future__ import annotations
 
-import hashlib
-import re
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -15,6 +13,7 @@ from pathlib import Path
 from llmhost.config import KeyValueStoreConfig
 from llmhost.domain.errors import NoSuchStore, StoreFailure
 from llmhost.domain.limits import KV_BACKEND_TIMEOUT_S, KV_PAGE_KEYS
+from llmhost.domain.stores import store_file_name
 from llmhost.grants.deadline import before_deadline
 from llmhost.grants.keyvalue.base import (
     KvBackend,
@@ -24,8 +23,6 @@ from llmhost.grants.keyvalue.base import (
     decode_cursor,
     encode_cursor,
 )
-
-_FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
 
 
 class Store:
@@ -132,11 +129,9 @@ class KeyValueStores:
         return Store(limits, SqliteBackend(limits, config.path or self.default_path(name)))
 
     def default_path(self, name: str) -> Path:
-        """Where a SQLite store without a `path` lives: DATA-DIR/kv/NAME.db (a name that is not a plain file name
-        gets a digest of it instead, so that no store name reaches outside that directory)."""
-        if not _FILE_NAME.fullmatch(name):
-            name = "store-" + hashlib.sha256(name.encode()).hexdigest()[:16]
-        return self.data_dir / "kv" / f"{name}.db"
+        """Where a SQLite store without a `path` lives: DATA-DIR/kv/NAME.db, or a digest of a name that is not a plain
+        file name (`store_file_name`: distinct names, distinct files)."""
+        return self.data_dir / "kv" / store_file_name(name)
 
     def close(self) -> None:
         with self._lock:

@@ -1,11 +1,13 @@
 """The outbound HTTP client: sends what `policy` allows, through httpx, to the addresses it checked.
 
-One client per `Host` (connections are pooled across its runs). For each request, and again for each redirect:
+One client per component (`clients.OutboundClients`): its connections are pooled across its runs, never shared with
+another component, and it keeps no cookies. For each request, and again for each redirect:
 the URL must match a grant (`denied`), the host is resolved once and every address checked (`denied`), a request
 is counted against the run's `max-outbound-requests`, and it is sent to a checked address (`backend`), with TLS
 verified against the host name. The body is read as it arrives and the read stops past `max-response-bytes`
 (`too-large`). One deadline bounds the whole exchange, DNS and redirects included: the guest's `timeout-ms`, the
-run's time left or `OUTBOUND_TIMEOUT_S`, whichever ends first (`timeout`).
+run's time left or `OUTBOUND_TIMEOUT_S`, whichever ends first (`timeout`). Cancelling the request's `Cancellation`
+(its run was cancelled) stops it at once, wherever it waits. Messages quote URLs without their query or credentials.
 """
 
 from __future__ import annotations
@@ -15,17 +17,27 @@ import socket
 import ssl
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from http.cookiejar import CookieJar, DefaultCookiePolicy
+from typing import Any
 
 import httpcore
 import httpx
 
 from llmhost.domain.errors import ConnectionFailed, InvalidRequest, OutboundDenied, OutboundTimeout, TooLarge
 from llmhost.domain.hosts import AllowedHost
-from llmhost.domain.limits import MAX_REDIRECTS, OUTBOUND_TIMEOUT_S
+from llmhost.domain.limits import (
+    MAX_OUTBOUND_BODY_BYTES,
+    MAX_REDIRECTS,
+    OUTBOUND_DNS_THREADS,
+    OUTBOUND_KEEPALIVE_CONNECTIONS,
+    OUTBOUND_MAX_CONNECTIONS,
+    OUTBOUND_TIMEOUT_S,
+)
+from llmhost.domain.redaction import redact_url
 from llmhost.grants.deadline import before_deadline
 from llmhost.grants.outbound.backend import ROUTE, CheckedBackend, Route
+from llmhost.grants.outbound.cancel import Cancellation
 from llmhost.grants.outbound.messages import Fields, OutboundRequest, OutboundResponse
 from llmhost.grants.outbound.policy import (
     REDIRECT_STATUSES,
@@ -45,7 +57,6 @@ Resolver = Callable[[str, int], Sequence[str]]
 # Headers every request carries unless the guest sets its own: the body comes back as the server sent it, so the
 # host never inflates a compressed body (whose size `max-response-bytes` could not bound before inflating it).
 DEFAULT_HEADERS = {"user-agent": "llmhost", "accept-encoding": "identity", "accept": "*/*"}
-READ_CHUNK = 64 * 1024
 
 
 class _Unlogged(logging.Filter):
@@ -67,8 +78,24 @@ def system_resolver(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
+class NoCookies(CookieJar):
+    """A jar that keeps nothing: a response's `set-cookie` never goes out again with a later request (of this run or
+    another). A guest that wants a cookie sends its own `cookie` header."""
+
+    def __init__(self) -> None:
+        super().__init__(DefaultCookiePolicy(allowed_domains=[]))  # refuses every domain, should one get through
+
+    def set_cookie(self, cookie: Any) -> None:
+        pass
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        pass
+
+
 class OutboundClient:
-    """`verify`: how TLS certificates are checked (True: the system's CAs via certifi, as httpx does; tests pass a
+    """One component's client: its own connections (kept alive between its requests) and DNS threads.
+
+    `verify`: how TLS certificates are checked (True: the system's CAs via certifi, as httpx does; tests pass a
     context trusting their own CA). `resolver`: DNS (tests fake it). `timeout_s`: the longest any request waits."""
 
     def __init__(
@@ -88,15 +115,23 @@ class OutboundClient:
             raise RuntimeError("httpx's HTTPTransport has no `_pool`: the outbound client needs updating")
         transport._pool.close()
         transport._pool = httpcore.ConnectionPool(
-            ssl_context=ssl_context, max_connections=100, max_keepalive_connections=20, network_backend=CheckedBackend()
+            ssl_context=ssl_context,
+            max_connections=OUTBOUND_MAX_CONNECTIONS,
+            max_keepalive_connections=OUTBOUND_KEEPALIVE_CONNECTIONS,
+            network_backend=CheckedBackend(),
         )
         # No proxies or .netrc from the host's environment (trust_env): a proxy would do its own DNS and reach
         # whatever it likes; redirects are followed here, each checked.
         self._http = httpx.Client(
-            transport=transport, trust_env=False, follow_redirects=False, headers=DEFAULT_HEADERS, timeout=None
+            transport=transport,
+            trust_env=False,
+            follow_redirects=False,
+            headers=DEFAULT_HEADERS,
+            timeout=None,
+            cookies=NoCookies(),
         )
         # getaddrinfo cannot be given a timeout: it runs on these threads, and the request stops waiting for it.
-        self._dns = ThreadPoolExecutor(max_workers=4, thread_name_prefix="llmhost-dns")
+        self._dns = ThreadPoolExecutor(max_workers=OUTBOUND_DNS_THREADS, thread_name_prefix="llmhost-dns")
 
     def close(self) -> None:
         self._http.close()
@@ -111,31 +146,39 @@ class OutboundClient:
         max_response_bytes: int,
         budget: RequestBudget | None = None,
         time_left: float | None = None,
+        cancellation: Cancellation | None = None,
     ) -> OutboundResponse:
         """Send `request` as the grants of config table `key` allow, following redirects; the whole response.
-        `time_left`: seconds before the run's deadline (None: none). Raises the `LlmError` of each WIT error case."""
+        `time_left`: seconds before the run's deadline (None: none); `cancellation`: stops the request from another
+        thread (its run's scope cancels it). Raises the `LlmError` of each WIT error case."""
         if not allowed_hosts:  # nothing granted: denied whatever the request, before it is even read
             raise OutboundDenied(
                 f"no outbound host is granted to this component (`{key}.allowed-outbound-hosts`); nothing was sent"
             )
         method = check_method(request.method)
         headers = check_headers(request.headers)
+        if request.body is not None and len(request.body) > MAX_OUTBOUND_BODY_BYTES:  # the SDK's check, for any guest
+            raise InvalidRequest(
+                f"the body is {len(request.body)} bytes, over the {MAX_OUTBOUND_BODY_BYTES} bytes one request can "
+                "carry; nothing was sent"
+            )
         hop = Hop(parse_target(request.url), method, request.body, headers)
+        cancellation = cancellation if cancellation is not None else Cancellation()
         seconds, why = self._timeout(request, time_left)
         deadline = time.monotonic() + seconds
         for redirects in range(MAX_REDIRECTS + 1):
             grant = authorize(allowed_hosts, hop.target, key)
-            addresses = check_addresses(grant, hop.target, self._resolve(hop.target, deadline, why))
+            addresses = check_addresses(grant, hop.target, self._resolve(hop.target, deadline, why, cancellation))
             if budget is not None:
                 budget.take()
-            status, fields, body = self._exchange(hop, addresses, deadline, why, max_response_bytes, key)
+            status, fields, body = self._exchange(hop, addresses, deadline, why, max_response_bytes, key, cancellation)
             location = _header(fields, "location")
             if body is not None or location is None:
                 return OutboundResponse(status, fields, body or b"")
             if redirects == MAX_REDIRECTS:
                 raise TooLarge(
-                    f"{hop.target.origin} redirected again after {MAX_REDIRECTS} redirects (to {location[:200]!r}): "
-                    "a redirect loop, or too many redirects; not followed"
+                    f"{hop.target.origin} redirected again after {MAX_REDIRECTS} redirects (to "
+                    f"{redact_url(location)!r}): a redirect loop, or too many redirects; not followed"
                 )
             previous = hop.target.origin
             hop = redirect(hop.target, hop.method, hop.body, hop.headers, status, location)
@@ -157,24 +200,37 @@ class OutboundClient:
             raise OutboundTimeout(f"no time is left for the request ({why}); nothing was sent")
         return seconds, why
 
-    def _resolve(self, target: Target, deadline: float, why: str) -> tuple[str, ...]:
+    def _resolve(self, target: Target, deadline: float, why: str, cancellation: Cancellation) -> tuple[str, ...]:
         fixed = target.fixed_addresses()
         if fixed is not None:
             return fixed
-        future = self._dns.submit(self._resolver, target.connect_host, target.port)
+        future: Future[Sequence[str]] = self._dns.submit(self._resolver, target.connect_host, target.port)
+        waited: tuple[Future[Any], ...] = (future, cancellation.signal)
+        wait(waited, max(0.0, deadline - time.monotonic()), FIRST_COMPLETED)
+        if cancellation.reason is not None:
+            future.cancel()
+            raise _stopped(target.origin, cancellation.reason)
+        if not future.done():
+            future.cancel()  # still queued behind hung lookups: never run it
+            raise OutboundTimeout(f"resolving {target.host} did not finish within {why}")
         try:
-            return tuple(future.result(timeout=max(0.0, deadline - time.monotonic())))
-        except FutureTimeout:
-            raise OutboundTimeout(f"resolving {target.host} did not finish within {why}") from None
+            return tuple(future.result())
         except OSError as error:
             raise ConnectionFailed(f"cannot resolve {target.host}: {error}") from None
 
     def _exchange(
-        self, hop: Hop, addresses: tuple[str, ...], deadline: float, why: str, max_bytes: int, key: str
+        self,
+        hop: Hop,
+        addresses: tuple[str, ...],
+        deadline: float,
+        why: str,
+        max_bytes: int,
+        key: str,
+        cancellation: Cancellation,
     ) -> tuple[int, Fields, bytes | None]:
         """One request and its response: (status, headers, body), the body None for a redirect to follow."""
         origin = hop.target.origin
-        token = ROUTE.set(Route(hop.target.connect_host, hop.target.port, addresses, deadline))
+        token = ROUTE.set(Route(hop.target.connect_host, hop.target.port, addresses, deadline, cancellation))
         try:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -191,17 +247,32 @@ class OutboundClient:
                     return response.status_code, fields, None  # followed: its body is not read
                 return response.status_code, fields, _read_body(response, origin, max_bytes, key)
             finally:
+                cancellation.release()  # before the connection goes back to the pool for another request
                 response.close()
-        except httpx.TimeoutException:
-            raise OutboundTimeout(f"no whole response from {origin} within {why}") from None
-        except httpx.LocalProtocolError as error:
-            raise InvalidRequest(f"the request to {origin} cannot be sent: {error}") from None
-        except httpx.RemoteProtocolError as error:
-            raise ConnectionFailed(f"{origin} sent a malformed response, or closed the connection: {error}") from None
         except httpx.TransportError as error:
-            raise ConnectionFailed(f"connecting to {origin} failed: {error or type(error).__name__}") from None
+            raise _transport_error(error, origin, why, cancellation) from None
         finally:
+            cancellation.release()
             ROUTE.reset(token)
+
+
+def _transport_error(error: httpx.TransportError, origin: str, why: str, cancellation: Cancellation) -> Exception:
+    """The `LlmError` for an exchange's failure. httpx's text quotes no URL; h11's quotes a header value it refuses,
+    which is cut off (it may be a token)."""
+    if cancellation.reason is not None:  # the failure is the shut-down socket: say why it was shut
+        return _stopped(origin, cancellation.reason)
+    if isinstance(error, httpx.TimeoutException):
+        return OutboundTimeout(f"no whole response from {origin} within {why}")
+    if isinstance(error, httpx.LocalProtocolError):
+        reason = str(error).split(" b'", 1)[0].split(' b"', 1)[0]
+        return InvalidRequest(f"the request to {origin} cannot be sent: {reason}")
+    if isinstance(error, httpx.RemoteProtocolError):
+        return ConnectionFailed(f"{origin} sent a malformed response, or closed the connection: {error}")
+    return ConnectionFailed(f"connecting to {origin} failed: {error or type(error).__name__}")
+
+
+def _stopped(origin: str, reason: str) -> ConnectionFailed:
+    return ConnectionFailed(f"the request to {origin} was stopped: {reason}")
 
 
 def _read_body(response: httpx.Response, origin: str, max_bytes: int, key: str) -> bytes:
@@ -214,7 +285,11 @@ def _read_body(response: httpx.Response, origin: str, max_bytes: int, key: str) 
     if length.isdigit() and int(length) > max_bytes:
         raise TooLarge(too_large)
     body = bytearray()
-    for chunk in response.iter_raw(READ_CHUNK):
+    # The stream itself, not `iter_raw`, which hands the connection back to the pool as soon as the body ends: the
+    # caller releases it from the request's cancellation first.
+    stream = response.stream
+    assert isinstance(stream, httpx.SyncByteStream)
+    for chunk in stream:
         body += chunk
         if len(body) > max_bytes:
             raise TooLarge(too_large)

@@ -23,6 +23,7 @@ import httpx
 
 from llmhost.domain.errors import ConnectionFailed, InvalidRequest, OutboundDenied
 from llmhost.domain.hosts import DEFAULT_PORTS, LOCALHOST, SCHEMES, AllowedHost, matching_grant, normalize_host
+from llmhost.domain.redaction import redact_url
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Fields = tuple[tuple[str, str], ...]
@@ -86,14 +87,17 @@ class Target:
 
 
 def parse_target(url: str) -> Target:
-    """Parse an absolute http(s) URL; `InvalidRequest` says what is wrong with it."""
-    shown = _shown(url)
+    """Parse an absolute http(s) URL; `InvalidRequest` says what is wrong with it (quoting the URL without its
+    query or credentials: a guest's token must not travel on in a message)."""
+    shown = _shown(redact_url(url))
     if any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
         raise InvalidRequest(f"the URL {shown} contains a space or a control character (percent-encode them)")
     try:
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, ValueError, UnicodeError) as error:
-        raise InvalidRequest(f"the URL {shown} is malformed: {error}") from None
+        # httpx quotes the host or port it could not parse: with an "@" in the URL, that may be part of a password.
+        why = "" if "@" in url else f": {error}"
+        raise InvalidRequest(f"the URL {shown} is malformed{why}") from None
     scheme = parsed.scheme
     if scheme not in SCHEMES:
         what = f"scheme {scheme!r}" if scheme else "no scheme"
@@ -208,6 +212,8 @@ def check_headers(headers: Fields) -> Fields:
             raise InvalidRequest(
                 f"the value of header {name!r} contains CR, LF, NUL or another control character: not sent"
             )
+        if value != value.strip(" \t"):  # HTTP/1.1 refuses it; said here, as h11's message would quote the value
+            raise InvalidRequest(f"the value of header {name!r} starts or ends with a space or a tab: not sent")
         if name.lower() in HOST_SET_HEADERS:
             raise InvalidRequest(f"the header {name!r} is set by the host (from the URL and the body): leave it out")
     return headers
@@ -229,8 +235,9 @@ def redirect(current: Target, method: str, body: bytes | None, headers: Fields, 
     try:
         url = current.url.join(location)
     except (httpx.InvalidURL, ValueError, UnicodeError) as error:
-        shown = _shown(location)
-        raise ConnectionFailed(f"{current.origin} redirected to a malformed Location {shown}: {error}") from None
+        why = "" if "@" in location else f": {error}"
+        shown = _shown(redact_url(location))
+        raise ConnectionFailed(f"{current.origin} redirected to a malformed Location {shown}{why}") from None
     try:
         target = parse_target(str(url))
     except InvalidRequest as error:

@@ -129,11 +129,35 @@ def request(
     )
     from componentize_py_types import Err
 
+    wit = _wit()
+    streamed = getattr(wit, "send_streamed", None)  # 0.2.4; a guest built against 0.2.3 has `send` only
     try:
-        reply = _wit().send(wit_request)
+        if streamed is None:
+            reply = wit.send(wit_request)
+            return Response(int(reply.status), _headers(reply.headers), bytes(reply.body))
+        reply = streamed(wit_request)
+        with reply.body as incoming:
+            return Response(int(reply.status), _headers(reply.headers), _read_all(incoming))
     except Err as failure:
         raise _error(failure.value) from None
-    return Response(int(reply.status), tuple((str(n), str(v)) for n, v in reply.headers), bytes(reply.body))
+
+
+# The body comes over in chunks of this size: handing bytes into a guest costs the host ~80 bytes a byte while it
+# does, so a large body costs one chunk's worth at a time (the host's `transfer-memory-mb` budget bounds the rest).
+READ_CHUNK_BYTES = 1024 * 1024
+
+
+def _read_all(incoming: Any) -> bytes:
+    parts: list[bytes] = []
+    while True:
+        chunk = incoming.read(READ_CHUNK_BYTES)
+        if not chunk:
+            return b"".join(parts)
+        parts.append(bytes(chunk))
+
+
+def _headers(fields: Any) -> tuple[tuple[str, str], ...]:
+    return tuple((str(n), str(v)) for n, v in fields)
 
 
 def get(url: str, **kw: Any) -> Response:
