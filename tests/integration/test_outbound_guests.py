@@ -236,6 +236,25 @@ def test_a_config_value_from_the_environment_via_the_python_api(
     assert SECRET not in repr(app) + repr(host.grants(config={"TOKEN": EnvValue(env="LLMHOST_TEST_TOKEN")}))
 
 
+def test_a_value_from_the_environment_is_scrubbed_from_every_message_the_guest_gets(
+    host: Host, wasm: dict[str, Path], server: TestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # README, "Config values": error messages from a grant's interface show such a value as `***`, even when the
+    # guest built the URL from it (a traceback it prints would otherwise carry the secret).
+    monkeypatch.setenv("LLMHOST_TEST_TOKEN", SECRET)
+    app = host.load(
+        wasm["outbound_probe"],
+        config={"TOKEN": EnvValue(env="LLMHOST_TEST_TOKEN")},
+        allowed_outbound_hosts=[f"http://127.0.0.1:{server.port}"],
+    )
+    for url in ("http://{config:TOKEN}.example/", "http://127.0.0.1:1/{config:TOKEN}", "http://x/\n{config:TOKEN}"):
+        outcome = run_probe(app, "fetch", json.dumps({"url": url}))
+        assert outcome.error is not None, outcome.value
+        assert SECRET not in json.dumps(outcome.error) + outcome.stdout + outcome.stderr
+    denied = run_probe(app, "fetch", json.dumps({"url": "http://{config:TOKEN}.example/"}))
+    assert denied.error is not None and "***" in denied.error["message"], denied.error
+
+
 # -- the commands: `llmhost run` and `llmhost serve`, with a secret in the environment -------------------------
 
 
