@@ -194,15 +194,21 @@ def _build_for_run(settings: Settings, app_dir: Path, world: str | None) -> Path
     "DIR/pyproject.toml's [tool.llmhost] world (package.json's llmhost.world for JavaScript), else what app.py or "
     "app.js defines].",
 )
+@click.option(
+    "--upgrade",
+    is_flag=True,
+    help="Resolve the guest's [project] dependencies again (else the cached install of the same requirements).",
+)
 @click.pass_obj
 @reports_errors
-def build(settings: Settings, app_dir: Path, output: Path, world: str | None) -> None:
-    """Build the guest in DIR into a component: DIR/app.py with componentize-py, or DIR/app.js (an ES module) with
-    componentize-js (installed into llmhost's cache with npm on first use; needs Node.js)."""
+def build(settings: Settings, app_dir: Path, output: Path, world: str | None, upgrade: bool) -> None:
+    """Build the guest in DIR into a component: DIR/app.py with componentize-py (with its pyproject.toml's
+    [project] dependencies from PyPI), or DIR/app.js (an ES module) with componentize-js (installed into llmhost's
+    cache with npm on first use; needs Node.js)."""
     from llmhost.toolchains import build_component
 
     config = settings.config()
-    built = build_component(app_dir, output, world, cache_dir=config.cache_dir, note=_note)
+    built = build_component(app_dir, output, world, cache_dir=config.cache_dir, note=_note, upgrade=upgrade)
     click.echo(str(built))
 
 
@@ -319,21 +325,13 @@ def mcp(settings: Settings, app: Path | None, config_path: Path | None, listen: 
 @click.pass_obj
 @reports_errors
 def models(settings: Settings) -> None:
-    """List the configured models: name, context length, aliases (comma-separated; `-`: none), file."""
-    from llmhost.api import Host
+    """List the configured models: name, kind (base, instruct or embedding), context length, file size,
+    quantization, whether the file carries a chat template, aliases (comma-separated; `-`: none), source. Reads
+    no more than each GGUF's header."""
+    from llmhost.cli_models import model_rows
 
-    with Host(settings.config()) as host:
-        summaries = host.models()
-    from llmhost.domain.limits import DEFAULT_MODEL
-
-    aliases = {m.name: ",".join(m.aliases) or "-" for m in summaries}
-    width = max([len("NAME"), *(len(m.name) for m in summaries)])
-    alias_width = max([len("ALIASES"), *(len(a) for a in aliases.values())])
-    click.echo(f"{'NAME':<{width}}  {'CONTEXT':>7}  {'ALIASES':<{alias_width}}  PATH")
-    for model in summaries:
-        builtin = "(built-in default)" if model.name == DEFAULT_MODEL else "(built-in)"
-        path = str(model.path) if model.path is not None else builtin
-        click.echo(f"{model.name:<{width}}  {model.context_length:>7}  {aliases[model.name]:<{alias_width}}  {path}")
+    for line in model_rows(settings.config()):
+        click.echo(line)
 
 
 @cli.command()

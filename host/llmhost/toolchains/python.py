@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from llmhost.config import default_cache_dir
+from llmhost.toolchains import deps
 from llmhost.toolchains.errors import BuildError
+from llmhost.toolchains.imports import entry_source, snapshot_imports
 from llmhost.toolchains.wit_docs import WIT_DIR, docs_of, wit_files, with_docs
 
 APP_MODULE = "app"  # the guest's entry module: `app.py` defining `class WitWorld(WitWorld)`
@@ -71,7 +73,13 @@ def _install():
 
 _install()
 """
-ENTRY = f"import {PRELUDE_MODULE}  # noqa: F401\nfrom {APP_MODULE} import *  # noqa: F403\n"
+
+
+def entry(app_dir: Path, site: Path | None = None) -> str:
+    """The generated entry module: the prelude, every module the app imports anywhere (toolchains/imports.py), then
+    app.py's world classes. `site`: the guest's installed dependencies (toolchains/deps.py), if any."""
+    stripped = deps.stripped_modules(site) if site is not None else {}
+    return entry_source(PRELUDE_MODULE, APP_MODULE, snapshot_imports(app_dir), stripped)
 
 
 def wit_dir() -> Path:
@@ -132,9 +140,10 @@ def digest_files(digest: Any, label: str, root: Path, paths: Iterable[Path]) -> 
         digest.update(hashlib.sha256(path.read_bytes()).digest())
 
 
-def build_key(app_dir: Path, wit: Path, world: str, tool_version: str) -> str:
-    prelude = hashlib.sha256((PRELUDE + ENTRY).encode()).hexdigest()
-    digest = hashlib.sha256(f"world={world}|{tool_version}|prelude={prelude}".encode())
+def build_key(app_dir: Path, wit: Path, world: str, tool_version: str, site: Path | None = None) -> str:
+    prelude = hashlib.sha256((PRELUDE + entry(app_dir, site)).encode()).hexdigest()
+    installed = f"|deps={site.name}" if site is not None else ""  # the install's key names what went into it
+    digest = hashlib.sha256(f"world={world}|{tool_version}|prelude={prelude}{installed}".encode())
     for label, root in (("app", app_dir), ("wit", wit), ("sdk", guest_sdk_dir())):
         digest_files(digest, label, root, _source_files(root))
     return digest.hexdigest()[:40]
@@ -148,8 +157,10 @@ def build_component(
     cache_dir: Path | None = None,
     note: Callable[[str], None] | None = None,
     wit: Path | None = None,
+    upgrade: bool = False,
 ) -> Path:
     """Build `app_dir/app.py` into the component `output` (copied from the cache when the sources are unchanged).
+    `upgrade`: resolve the guest's dependencies again instead of using the cached install.
 
     `world`: `command` or `http-app`; None reads it from the guest (see `guest.detect_world`).
     """
@@ -165,28 +176,41 @@ def build_component(
     world = world or detect_world(app_dir)
     tool = componentize_py()
     wit = wit or wit_dir()  # another WIT directory, e.g. wit/0.1.0 to build a guest of the previous version
-    cached = cached_build(app_dir, wit, world, tool, cache_dir)
+    declared = deps.declared(app_dir)
+    if declared is not None and upgrade:
+        deps.remove_cached(cache_dir or default_cache_dir(), declared)
+    site = None if declared is None else deps.install(declared, cache_dir or default_cache_dir(), note)
+    cached = cached_build(app_dir, wit, world, tool, cache_dir, site)
     if not cached.is_file():
         started = time.monotonic()
         if note is not None:
             note(f"building {app_dir} ({world}) with componentize-py …")
         with guest_wit(app_dir, wit) as world_wit:
-            _componentize(tool, app_dir, world_wit, world, cached)
+            _componentize(tool, app_dir, world_wit, world, cached, site)
         if wit_files(app_dir):  # a compiled component keeps no doc comments: tool descriptions need them
             documented = cached.with_suffix(".docs.tmp")
             documented.write_bytes(with_docs(cached.read_bytes(), docs_of(app_dir)))
             os.replace(documented, cached)
         if note is not None:
-            note(f"built {app_dir} in {time.monotonic() - started:.1f} s")
+            bundled = f", with {', '.join(declared.requirements)}" if declared is not None else ""
+            size = cached.stat().st_size / 1024 / 1024
+            note(f"built {app_dir} in {time.monotonic() - started:.1f} s ({size:.1f} MB{bundled})")
     output.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(cached, output)
     return output
 
 
-def cached_build(app_dir: Path, wit: Path, world: str, tool: str | None = None, cache_dir: Path | None = None) -> Path:
-    """Where the build of these sources is (or would be) cached."""
+def cached_build(
+    app_dir: Path,
+    wit: Path,
+    world: str,
+    tool: str | None = None,
+    cache_dir: Path | None = None,
+    site: Path | None = None,
+) -> Path:
+    """Where the build of these sources is (or would be) cached (`site`: its installed dependencies, if any)."""
     tool = tool or componentize_py()
-    key = build_key(app_dir, wit, world, _tool_version(tool))
+    key = build_key(app_dir, wit, world, _tool_version(tool), site)
     return (cache_dir or default_cache_dir()) / "guests" / f"{key}.wasm"
 
 
@@ -269,7 +293,7 @@ def guest_wit(app_dir: Path, wit: Path) -> Iterator[Path]:
         yield combined
 
 
-def _componentize(tool: str, app_dir: Path, wit: Path, world: str, destination: Path) -> None:
+def _componentize(tool: str, app_dir: Path, wit: Path, world: str, destination: Path, site: Path | None) -> None:
     from llmhost.toolchains.world import explain_build_failure
 
     destination.parent.mkdir(parents=True, exist_ok=True)
@@ -277,13 +301,19 @@ def _componentize(tool: str, app_dir: Path, wit: Path, world: str, destination: 
     os.close(fd)
     with tempfile.TemporaryDirectory(prefix="llmhost-entry-") as entry_dir:
         # The entry module runs the prelude, then re-exports app.py's world classes (see PRELUDE).
-        Path(entry_dir, f"{ENTRY_MODULE}.py").write_text(ENTRY)
+        Path(entry_dir, f"{ENTRY_MODULE}.py").write_text(entry(app_dir, site))
         Path(entry_dir, f"{PRELUDE_MODULE}.py").write_text(PRELUDE)
         command = [tool, "-d", str(wit), "-w", world, "componentize", ENTRY_MODULE, "-p", entry_dir, "-p", str(app_dir)]
-        command += ["-p", str(guest_sdk_dir()), "-o", tmp]  # the app's own modules shadow the SDK's
-        # componentize-py adds $VIRTUAL_ENV's site-packages to the guest's module path; the host's virtualenv is
-        # not the guest's (and the cache key cannot see it), so the guest gets only its own directory and the SDK.
-        env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+        command += ["-p", str(guest_sdk_dir())]  # the app's own modules shadow the SDK's
+        command += ["-p", str(site)] if site is not None else []  # and the SDK its dependencies
+        command += ["-o", tmp]
+        # componentize-py adds $VIRTUAL_ENV's site-packages to the guest's module path, and without one `pipenv
+        # --venv`'s, or else those of the first `python3` on PATH: the build machine's packages, which the cache
+        # key cannot see. An empty environment of its own stops every fallback: the guest gets only its own
+        # directory and the SDK.
+        empty = Path(entry_dir, "no-site-packages")
+        (empty / "lib" / "site-packages").mkdir(parents=True)
+        env = {**os.environ, "VIRTUAL_ENV": str(empty)}
         try:
             result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
             if result.returncode != 0:

@@ -146,11 +146,17 @@ def explain_build_failure(app_dir: Path, world: str, output: str) -> str:
             f"was built for `{world}` (build with `--world {other}`, or declare it in pyproject.toml: "
             f'[tool.llmhost] world = "{other}")'
         )
+    if "llmhost: the guest imports modules it cannot have" in error_line:
+        return (
+            f"{app_dir}: {error_line.split('llmhost: ', 1)[1]} (a guest has the standard library, `wit_world`, "
+            "the modules in its own directory and the packages of its `[project] dependencies`; an import that is "
+            "optional belongs in a `try` that catches ImportError)"
+        )
     if error_line.startswith(("ModuleNotFoundError", "ImportError")):
         return (
             f"{app_dir / APP_FILE}{where}: {error_line} (a guest can import the standard library, `wit_world` "
-            "(the WIT bindings: run `llmhost bindings DIR` to see its names) and the modules in its own directory; "
-            "copy pure-Python dependencies into the guest directory)"
+            "(the WIT bindings: run `llmhost bindings DIR` to see its names), the modules in its own directory and "
+            "the packages of its pyproject.toml's `[project] dependencies`)"
         )
     if error_line:
         return f"{app_dir / APP_FILE}{where}: {error_line} (raised while componentize-py imported app.py)"

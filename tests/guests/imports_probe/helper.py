@@ -1,0 +1,4 @@
+def shout(text):
+    import string
+
+    return string.capwords(text).upper() + "!"
