@@ -102,8 +102,11 @@ def install(deps: Dependencies, cache_dir: Path, note: Callable[[str], None] | N
         staging = Path(tmp) / "site-packages"
         pure, built = _split_local(deps.requirements)
         wheels = Path(tmp) / "wheels"
-        for location in built:  # a local source tree: built here as a wheel (pure Python only, checked below)
-            _pip(["wheel", "--no-deps", "--wheel-dir", str(wheels), location], deps)
+        for i, location in enumerate(built):  # a local source tree: built as a wheel, from a copy (a build
+            # backend writes build/ and *.egg-info beside the sources it builds)
+            source = Path(tmp) / f"source-{i}"
+            shutil.copytree(location, source, ignore=shutil.ignore_patterns("build", "dist", "*.egg-info", ".*"))
+            _pip(["wheel", "--no-deps", "--wheel-dir", str(wheels), str(source)], deps)
         command = ["install", "--target", str(staging), "--only-binary=:all:", "--no-compile"]
         command += ["--python-version", GUEST_PYTHON, "--implementation", "cp"]
         command += [flag for abi in (_ABI, "abi3", "none") for flag in ("--abi", abi)]
