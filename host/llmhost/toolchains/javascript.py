@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from llmhost.config import default_cache_dir
+from llmhost.toolchains import npm_deps
 from llmhost.toolchains.errors import BuildError
 from llmhost.toolchains.python import digest_files
 
@@ -160,6 +161,9 @@ def source_wit(app_dir: Path, wit: Path) -> Path:
 
 def build_key(app_dir: Path, wit: Path, world: str) -> str:
     digest = hashlib.sha256(f"js|world={world}|componentize-js={COMPONENTIZE_JS_VERSION}".encode())
+    dependencies = npm_deps.declared(app_dir)
+    if dependencies is not None:  # the installed set (package-lock.json an explicit input)
+        digest.update(f"|deps={npm_deps.key(app_dir, dependencies)}".encode())
     digest_files(digest, "app", app_dir, _sources(app_dir))
     digest_files(digest, "wit", wit, (p for p in sorted(wit.rglob("*.wit")) if p.is_file()))
     return digest.hexdigest()[:40]
@@ -185,9 +189,15 @@ def build_component(
         cached.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=cached.parent, suffix=".wasm.tmp")
         os.close(fd)
+        scratch = Path(tempfile.mkdtemp(prefix="llmhost-bundle-"))
         try:
             cli = toolchain / "node_modules" / COMPONENTIZE_JS / "src" / "cli.js"
             source = (app_dir / APP_FILE).resolve()
+            dependencies = npm_deps.declared(app_dir)
+            if dependencies is not None:  # componentize-js takes one module: app.js bundled with its packages
+                installed = npm_deps.install(app_dir, dependencies, cache_dir or default_cache_dir(), note)
+                npm_deps.bundle(source, installed, scratch / APP_FILE)
+                source = scratch / APP_FILE
             command = [node(), str(cli), str(source), "--wit", str(wit.resolve()), "--world-name", world]
             command += ["--disable", *DISABLED_FEATURES]
             command += ["-o", tmp]
@@ -198,6 +208,7 @@ def build_component(
             os.replace(tmp, cached)
         finally:
             Path(tmp).unlink(missing_ok=True)
+            shutil.rmtree(scratch, ignore_errors=True)
         if note is not None:
             note(f"built {app_dir} in {time.monotonic() - started:.1f} s")
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,119 @@
+"""npm dependencies of a JavaScript guest: package.json's `dependencies` installed with npm into the build cache, and
+app.js bundled with them into one ES module (esbuild) before componentize-js, which takes a single module.
+
+The bundle targets no platform (`--platform=neutral`): a guest has no Node.js built-ins, so a package that imports
+`fs`, `net`, `child_process`... fails the build naming the package and the built-in. The host's interfaces
+(`llmhost:*`, `wasi:*`) stay imports of the bundle. The install is cached by the dependencies and package-lock.json
+(an explicit input of the build key); the user's npm configuration (~/.npmrc, the guest's .npmrc) applies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from llmhost.toolchains.errors import BuildError
+
+ESBUILD_VERSION = "0.28.2"
+LOCK_FILE = "package-lock.json"
+EXTERNAL = ("llmhost:*", "wasi:*")
+_UNRESOLVED = re.compile(r'Could not resolve "(?:node:)?([^"]+)"\s+(\S+?):\d+:\d+:')
+
+
+def declared(app_dir: Path) -> dict[str, str] | None:
+    """package.json's `dependencies`, or None when it has none."""
+    package = app_dir / "package.json"
+    if not package.is_file():
+        return None
+    try:
+        found = json.loads(package.read_text(encoding="utf-8")).get("dependencies") or {}
+    except (ValueError, AttributeError) as error:
+        raise BuildError(f"{package}: not a JSON object ({error})") from None
+    if not isinstance(found, dict) or not all(isinstance(v, str) for v in found.values()):
+        raise BuildError(f"{package}: `dependencies` must map package names to versions")
+    return found or None
+
+
+def key(app_dir: Path, dependencies: dict[str, str]) -> str:
+    digest = hashlib.sha256(json.dumps([ESBUILD_VERSION, sorted(dependencies.items())]).encode())
+    for name in (LOCK_FILE, ".npmrc"):
+        if (app_dir / name).is_file():
+            digest.update(name.encode() + (app_dir / name).read_bytes())
+    return digest.hexdigest()[:32]
+
+
+def _npm() -> str:
+    found = shutil.which("npm")
+    if found is None:
+        raise BuildError("npm was not found: it installs a JavaScript guest's dependencies (install Node.js and npm)")
+    return found
+
+
+def _run(command: list[str], what: str, cwd: Path | None = None) -> None:
+    result = subprocess.run(command, capture_output=True, text=True, check=False, cwd=cwd)
+    if result.returncode != 0:
+        tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-8:])
+        raise BuildError(f"{what} failed:\n{tail}")
+
+
+def install(app_dir: Path, dependencies: dict[str, str], cache_dir: Path, note: Callable[[str], None] | None) -> Path:
+    """node_modules of the guest's dependencies, and esbuild, in the cache (once per key). Returns the folder."""
+    target = cache_dir / "js-deps" / key(app_dir, dependencies)
+    if (target / "node_modules" / ".llmhost-complete").is_file():
+        return target
+    if note is not None:
+        note(f"installing the guest's npm dependencies ({', '.join(dependencies)}) …")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".installing-") as tmp:
+        staging = Path(tmp)
+        package = {"name": "llmhost-guest-deps", "private": True, "dependencies": dependencies}
+        package["devDependencies"] = {"esbuild": ESBUILD_VERSION}
+        (staging / "package.json").write_text(json.dumps(package))
+        for name in (LOCK_FILE, ".npmrc"):
+            if (app_dir / name).is_file():
+                shutil.copyfile(app_dir / name, staging / name)
+        _run([_npm(), "install", "--no-audit", "--no-fund"], f"npm install of {app_dir}'s dependencies", staging)
+        (staging / "node_modules" / ".llmhost-complete").write_text("")
+        if not target.exists():
+            os.replace(staging, target)
+            Path(tmp).mkdir()  # the context manager removes its folder
+    return target
+
+
+def bundle(app_js: Path, installed: Path, output: Path) -> None:
+    """app.js and what it imports as one ES module at `output`."""
+    esbuild = installed / "node_modules" / ".bin" / "esbuild"
+    command = [str(esbuild), str(app_js), "--bundle", "--format=esm", "--platform=neutral", f"--outfile={output}"]
+    command += ["--main-fields=module,main", "--log-level=error", *(f"--external:{e}" for e in EXTERNAL)]
+    env = {**os.environ, "NODE_PATH": str(installed / "node_modules")}
+    result = subprocess.run(command, capture_output=True, text=True, check=False, env=env, cwd=app_js.parent)
+    if result.returncode == 0:
+        return
+    text = result.stderr or result.stdout
+    builtins = [(m.group(2), m.group(1)) for m in _UNRESOLVED.finditer(text)]
+    needs = [(f, name) for f, name in builtins if "node_modules/" in f]
+    if needs:
+        file, builtin = needs[0]
+        package = _package_of(file)
+        raise BuildError(
+            f"{app_js}: the npm package {package} needs the Node.js built-in `{builtin}` ({file}), which a guest "
+            "does not have (no files, sockets or processes in the sandbox): use a package that does not"
+        )
+    own = [(f, name) for f, name in builtins if "node_modules/" not in f]
+    if own:
+        file, name = own[0]
+        raise BuildError(f"{file} imports {name!r}, which is not installed: add it to package.json's dependencies")
+    tail = "\n".join(text.strip().splitlines()[-8:])
+    raise BuildError(f"bundling {app_js} with its dependencies (esbuild) failed:\n{tail}")
+
+
+def _package_of(file: str) -> str:
+    parts = file.split("node_modules/")[-1].split("/")
+    return "/".join(parts[:2]) if parts[0].startswith("@") else parts[0]
