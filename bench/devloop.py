@@ -6,7 +6,8 @@
 - First run of a new component, build excluded: `llmhost run APP.wasm` with a cold compile cache, fast-first
   (Winch, Cranelift in the background) against optimized (waiting for Cranelift).
 - Guest CPU speed: a Python-heavy loop in a guest compiled by Winch ÷ the same compiled by Cranelift.
-The last two make no LLM call: they do not depend on the model.
+- A rebuild of a guest with PyPI dependencies after an edit (the install cached) beside the same app without them.
+The last three make no LLM call: they do not depend on the model.
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ def run(cache_dir: Path) -> list[str]:
                 first[strategy].append(_time_to_first_output([LLMHOST, "run", str(wasm), "--", "1000"], run_env, work))
                 _wait_for_background_compiles(cache_dir)
         cpu = _guest_cpu_ratio(work, cache_dir)
+        deps_s, plain_s = _rebuild_with_dependencies(work, cache_dir)
     rows = [
         "Through the `llmhost` command (a fresh process each time, fast-first compiles); times from the command's "
         "start to the guest's first output byte, median of 3 (edits) or 2 (new components). The edit-run rows run "
@@ -129,7 +131,39 @@ def run(cache_dir: Path) -> list[str]:
         f"| none | the same, optimized only (waits for Cranelift) | {statistics.median(first['optimized']):.1f} s | |",
         f"| none | guest CPU speed, a Python-heavy loop (dict updates, json.dumps): Winch-compiled time ÷ "
         f"Cranelift-compiled time ({cpu[0] * 1000:.0f} ms ÷ {cpu[1] * 1000:.0f} ms) | {cpu[0] / cpu[1]:.2f}× | |",
+        f"| none | `llmhost build` after an edit, PyPI dependencies unchanged (tests/guests/deps_probe: jinja2, "
+        f"python-dateutil, pyyaml, humanize, a local package; installed once, then no pip and no network): "
+        f"{deps_s:.1f} s, against {plain_s:.1f} s for the same app without dependencies | "
+        f"**+{deps_s - plain_s:.1f} s** | ≤ +5 s |",
     ]
+
+
+def _rebuild_with_dependencies(work: Path, cache_dir: Path) -> tuple[float, float]:
+    """Median build time of an edited guest whose dependencies' install is cached, and of the same app with its
+    dependencies installed as plain files in its own directory (no install step), 3 edits each, interleaved."""
+    import shutil
+
+    repo = Path(__file__).resolve().parents[1]
+    with_deps, without = work / "guests" / "deps_probe", work / "plain" / "deps_probe"
+    shutil.copytree(repo / "tests" / "guests" / "deps_probe", with_deps)
+    shutil.copytree(repo / "tests" / "guests" / "deps_shared", work / "guests" / "deps_shared")
+    original = (with_deps / "app.py").read_text()
+    build_component(with_deps, work / "deps.wasm", cache_dir=cache_dir)  # the install, once
+    from llmhost.toolchains import deps
+
+    declared = deps.declared(with_deps)
+    assert declared is not None
+    installed = cache_dir / "guest-deps" / declared.key()
+    shutil.copytree(installed, without, ignore=shutil.ignore_patterns("*.dist-info", deps.STRIPPED_FILE))
+    shutil.copyfile(with_deps / "app.py", without / "app.py")
+    times: dict[Path, list[float]] = {with_deps: [], without: []}
+    for i in range(3):
+        for guest in times:
+            (guest / "app.py").write_text(original + f"# edit {time.time_ns()} {i}\n")
+            started = time.perf_counter()
+            build_component(guest, work / "edited.wasm", cache_dir=cache_dir)
+            times[guest].append(time.perf_counter() - started)
+    return statistics.median(times[with_deps]), statistics.median(times[without])
 
 
 def _guest_cpu_ratio(work: Path, cache_dir: Path) -> tuple[float, float]:

@@ -42,9 +42,29 @@ def test_imports_in_functions_methods_conditionals_and_import_module_literals(tm
     found = by_module(root)
     assert found["json"] == ("app.py:1", False)
     assert found["csv"] == ("app.py:4", False)
-    assert found["xml.etree"] == ("app.py:6", False)
+    assert found["xml.etree"] == ("app.py:6", True)  # conditional: imported when it can be, never failing a build
     assert found["xml.etree.ElementTree"][1] is True  # a name from a module may be a submodule: tried
     assert found["fractions"] == ("app.py:8", False)
+
+
+def test_type_checking_imports_are_skipped_and_platform_conditionals_are_optional(tmp_path: Path) -> None:
+    root = write(
+        tmp_path,
+        {
+            "app.py": (
+                "import sys\nfrom typing import TYPE_CHECKING\nimport vendored\n"
+                "if TYPE_CHECKING:\n    import typing_extensions\nelse:\n    import decimal\n"
+                "if sys.platform == 'win32':\n    import winreg\n"
+            ),
+            # a package vendored into the guest: imported only optionally, so are its own imports
+            "vendored/__init__.py": "try:\n    from . import speedups\nexcept ImportError:\n    speedups = None\n",
+            "vendored/speedups.py": "import _vendored_native\n",
+        },
+    )
+    found = by_module(root)
+    assert "typing_extensions" not in found and found["decimal"][1] is False  # the branch that runs
+    assert found["winreg"][1] is True
+    assert found["_vendored_native"][1] is True  # reached only through an optional import
 
 
 def test_an_import_in_a_try_that_catches_import_errors_is_optional(tmp_path: Path) -> None:

@@ -70,10 +70,29 @@ def _resolve(package: str, level: int, module: str | None) -> str | None:
 
 
 class _Finder(ast.NodeVisitor):
-    def __init__(self, package: str, where: str) -> None:
+    """`optional`: the whole file was reached only through optional imports (its imports are optional too)."""
+
+    def __init__(self, package: str, where: str, optional: bool = False) -> None:
         self.package, self.where = package, where
         self.sites: list[ImportSite] = []
-        self._guarded = 0
+        # `from M import N`: N may be a submodule or a name in M, so it is tried (optional); when N is a file of the
+        # guest's own, its import is as required as the statement (this context's optionality).
+        self.names: dict[str, bool] = {}
+        self._guarded = int(optional)
+
+    def visit_If(self, node: ast.If) -> None:  # noqa: N802
+        # `if TYPE_CHECKING:` imports never run; other conditional imports (a platform's, a version's) may fail here
+        # without harm: imported when they can be, never failing the build.
+        test = node.test
+        if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+            isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+        ):
+            for other in node.orelse:
+                self.visit(other)
+            return
+        self._guarded += 1
+        self.generic_visit(node)
+        self._guarded -= 1
 
     def _add(self, module: str | None, node: ast.AST) -> None:
         if module:
@@ -105,6 +124,7 @@ class _Finder(ast.NodeVisitor):
         for alias in node.names:  # a name may be a submodule (`from llmhost_guest import kv`): tried, optional
             if base and alias.name != "*":
                 self.sites.append(ImportSite(f"{base}.{alias.name}", f"{self.where}:{node.lineno}", True))
+                self.names[f"{base}.{alias.name}"] = self._guarded > 0
 
     def visit_Call(self, node: ast.Call) -> None:  # noqa: N802
         name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
@@ -128,9 +148,12 @@ def scan(app_dir: Path, entry: str = "app") -> list[ImportSite]:
     helper script beside them that the app never imports is not the guest's). The first site of each module is
     kept, a required one over an optional one."""
     found: dict[str, ImportSite] = {}
-    queue, seen = [entry], {entry}
+    # module -> whether it was reached only through optional imports (then its own imports are optional too); a
+    # module first reached optionally and later required is scanned again.
+    queue: list[tuple[str, bool]] = [(entry, False)]
+    seen: dict[str, bool] = {entry: False}
     while queue:
-        module = queue.pop(0)
+        module, optional = queue.pop(0)
         path = _own_file(app_dir, module)
         if path is None:
             continue
@@ -140,16 +163,18 @@ def scan(app_dir: Path, entry: str = "app") -> list[ImportSite]:
             tree = ast.parse(path.read_bytes(), filename=where)
         except SyntaxError as error:
             raise BuildError(f"{app_dir / where}:{error.lineno}: {error.msg} (a syntax error)") from None
-        finder = _Finder(package, where)
+        finder = _Finder(package, where, optional)
         finder.visit(tree)
         for site in finder.sites:
+            if site.module in finder.names and _own_file(app_dir, site.module) is not None:
+                site = ImportSite(site.module, site.where, finder.names[site.module])
             known = found.get(site.module)
             if known is None or (known.optional and not site.optional):
                 found[site.module] = site
             for name in _parents_and_self(site.module):
-                if name not in seen:
-                    seen.add(name)
-                    queue.append(name)
+                if name not in seen or (seen[name] and not site.optional):
+                    seen[name] = site.optional
+                    queue.append((name, site.optional))
     return list(found.values())
 
 
