@@ -108,8 +108,16 @@ redis:
 	@command -v redis-server >/dev/null || \
 	  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends redis-server; }
 
+# When make started (parse time): `make test` ends by printing its whole time, install and lint included.
+MAKE_STARTED := $(shell date +%s)
+
+# pytest's own summary line is printed again last, after the total, so that it stays the closing line.
 test: lint browser prometheus redis
-	$(BIN)/pytest -q --durations=25 tests
+	@log=$$(mktemp); started=$$(date +%s); \
+	  $(BIN)/pytest -q --durations=25 tests 2>&1 | tee "$$log" && status=0 || status=$${PIPESTATUS[0]}; \
+	  now=$$(date +%s); \
+	  echo "make test: pytest $$(( now - started )) s, in all (install and lint included) $$(( now - $(MAKE_STARTED) )) s"; \
+	  tail -n 1 "$$log"; rm -f "$$log"; exit $$status
 
 test-fast: install
 	$(BIN)/pytest -q -m "not slow and not model" tests/unit tests/integration tests/kv

@@ -17,7 +17,8 @@ developer loop (bench/devloop.py), the guest SDK (bench/sdk.py), guest-side samp
 compute thread (bench/compute_thread.py), the host's time outside llama_decode (bench/host_time.py), a GPU-speed
 simulation (bench/gpu_speed.py), the remote backend (bench/scaleout.py), JavaScript guests beside Python ones
 (bench/js_guests.py), embeddings (bench/embeddings.py) and a stream sharing its model with embeddings clients
-(bench/embedding_fairness.py), outbound HTTP's host memory and a small GET (bench/outbound.py), component
+(bench/embedding_fairness.py), outbound HTTP's host memory and a small GET (bench/outbound.py), the asyncio API's
+streams against threads (bench/asyncio_streams.py), component
 instantiation (p50 of 20) and the second start of `llmhost run` (compiled component cached).
 """
 
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import asyncio_streams
 import batching
 import compute_thread
 import deterministic
@@ -608,6 +610,7 @@ def main() -> int:
     lines += isolated(embeddings.run, config.cache_dir, THREADS)  # beside Llama.embed; retrieval per model
     lines += isolated(embedding_fairness.run, config.cache_dir, THREADS)  # a stream beside embeddings clients
     lines += isolated(outbound.run, config.cache_dir)  # host memory under large outbound bodies, a small GET
+    lines += isolated(asyncio_streams.run, config.cache_dir, THREADS)  # AsyncHost's streams against threads
     steal_end, total_end = cpu_times()
     if total_end > total_start:
         stolen = 100 * (steal_end - steal_start) / (total_end - total_start)

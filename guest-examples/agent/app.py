@@ -14,7 +14,7 @@ from urllib.parse import quote
 from llmhost_guest import LlmError, config, http, llm
 from wit_world import WitWorld as _World
 
-MODEL = "gemma-3-270m"
+MODEL = "smollm2-135m"  # the built-in instruct model (Gemma 3 270M is pretrained only: it was never tuned to chat)
 QUESTION = "How warm is it in Paris right now?"
 API_BASE = "weather-api"  # the config value holding the API's base URL
 CITY = {

@@ -14,7 +14,7 @@ from llmhost_guest import LlmError, llm
 from wit_world import exports
 from wit_world.imports import http
 
-MODEL = "gemma-3-270m"
+MODEL = "smollm2-135m"  # the built-in instruct model (Gemma 3 270M is pretrained only: it was never tuned to chat)
 DEFAULT_MAX_TOKENS = 64
 MAX_TOKENS = 256
 
@@ -92,11 +92,6 @@ form.addEventListener("submit", async (event) => {
 """
 
 
-def prompt_for(message):
-    # Gemma's chat template (the beginning-of-sequence token is added by the host's tokenizer).
-    return f"<start_of_turn>user\n{message}<end_of_turn>\n<start_of_turn>model\n"
-
-
 def sse(writer, event, data):
     head = f"event: {event}\n" if event else ""
     writer.write(f"{head}data: {json.dumps(data)}\n\n".encode())
@@ -112,7 +107,8 @@ def chat(request, writer):
     writer.start(200, [("content-type", "text/event-stream"), ("cache-control", "no-store")])
     try:
         # greedy: the same reply every time
-        with llm.stream(prompt_for(message), MODEL, max_tokens=max_tokens, stop="<end_of_turn>", temperature=0.0) as s:
+        # The host renders the model's own chat template and stops at its end of turn.
+        with llm.chat_stream([("user", message)], MODEL, max_tokens=max_tokens, temperature=0.0) as s:
             for chunk in s:
                 sse(writer, None, {"text": chunk.text})
             if s.done is not None:

@@ -21,7 +21,17 @@ from itertools import accumulate
 from urllib.parse import unquote
 
 from componentize_py_types import Err
-from llmhost_guest import Done, InvalidInput, LlmError, ModelNotSupported, Sequence, Usage, interleave, llm
+from llmhost_guest import (
+    DEFAULT_CHAT_MODEL,
+    Done,
+    InvalidInput,
+    LlmError,
+    ModelNotSupported,
+    Sequence,
+    Usage,
+    interleave,
+    llm,
+)
 from llmhost_guest import http as web
 from responses import handle_responses, responses_request
 from validate import BadRequest, chat_request, check_unicode, completion_request, embedding_request, model_not_found
@@ -359,8 +369,30 @@ def handle_embeddings(req, writer):
     return json_response(200, {"object": "list", "data": data, "model": req.model, "usage": usage})
 
 
+def model_kind(name):
+    """ "base", "instruct" or "embedding" (the host's `get-model-kind`); None when the host cannot say."""
+    try:
+        return llm.model_kind(name)
+    except LlmError:
+        return None
+
+
 def model_json(name):
-    return {"id": name, "object": "model", "created": 0, "owned_by": "llmhost"}
+    # `kind` is an extra field (OpenAI's clients keep fields they do not know): which models can chat.
+    return {"id": name, "object": "model", "created": 0, "owned_by": "llmhost", "kind": model_kind(name)}
+
+
+def default_model(path):
+    """The model of a request that names none: on the chat routes the built-in instruct model when this component
+    may use it, else its first instruct model; otherwise (and failing those) the first model it may use, as
+    llama-server answers."""
+    names = [m.name for m in llm.list_models()]
+    if path in CHAT_ROUTES:
+        if DEFAULT_CHAT_MODEL in names:
+            return DEFAULT_CHAT_MODEL
+        chat_models = [name for name in names if model_kind(name) == "instruct"]
+        names = chat_models + names
+    return names[0] if names else "(none: no model is allowed here)"
 
 
 def handle_models(model_id=None):
@@ -398,6 +430,8 @@ POST_ROUTES = {
     "/v1/responses": (responses_request, lambda req, writer: handle_responses(req, writer, json_response), "input"),
 }
 
+CHAT_ROUTES = ("/v1/chat/completions", "/v1/responses")
+
 
 def api_path(path):
     """The endpoint's path with its /v1 prefix. Served under a route prefix (e.g. "/team-a/v1"), the guest sees the
@@ -428,8 +462,7 @@ def route(request, writer):
     check, handle, param = POST_ROUTES[path]
     req = check(read_json(request))
     try:
-        # A request that names no model gets the first one this component may use (as llama-server answers).
-        req.model = req.model or next((m.name for m in llm.list_models()), "(none: no model is allowed here)")
+        req.model = req.model or default_model(path)
         return handle(req, writer)
     except LlmError as error:
         raise api_error(error, req.model, writer, param) from None

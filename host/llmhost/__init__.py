@@ -10,11 +10,18 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from llmhost.aio import AsyncApp, AsyncChatStream, AsyncGeneration, AsyncHost, AsyncSequence
     from llmhost.api import App, CompletedRun, GuestTimeout, GuestTrap, Host, HostError, LoadError, ModelSummary
+    from llmhost.asgi import component_app
     from llmhost.config import ConfigError, FakeEngineConfig, HostConfig, ModelConfig, SandboxConfig, load_config
     from llmhost.domain.errors import EngineError, InvalidInput, LlmError, ModelNotSupported
     from llmhost.domain.types import (
         BeamParams,
+        ChatEvent,
+        ChatMessage,
+        ChatParams,
+        ChatResult,
+        ChatRole,
         Constraint,
         EmbeddingsResult,
         FinishReason,
@@ -24,19 +31,30 @@ if TYPE_CHECKING:
         StreamChunk,
         StreamDone,
         StreamEvent,
+        Tool,
+        ToolCall,
+        ToolCallDelta,
+        ToolChoice,
         Usage,
     )
     from llmhost.toolchains.errors import BuildError
     from llmhost.toolchains.python import build_component
 
 _EXPORTS = {
+    "aio": ["AsyncApp", "AsyncChatStream", "AsyncGeneration", "AsyncHost", "AsyncSequence"],
     "api": ["App", "CompletedRun", "GuestTimeout", "GuestTrap", "Host", "HostError", "LoadError", "ModelSummary"],
+    "asgi": ["component_app"],
     "toolchains": ["build_component"],
     "toolchains.errors": ["BuildError"],
     "config": ["ConfigError", "FakeEngineConfig", "HostConfig", "ModelConfig", "SandboxConfig", "load_config"],
     "domain.errors": ["EngineError", "InvalidInput", "LlmError", "ModelNotSupported"],
     "domain.types": [
         "BeamParams",
+        "ChatEvent",
+        "ChatMessage",
+        "ChatParams",
+        "ChatResult",
+        "ChatRole",
         "Constraint",
         "EmbeddingsResult",
         "FinishReason",
@@ -46,6 +64,10 @@ _EXPORTS = {
         "StreamChunk",
         "StreamDone",
         "StreamEvent",
+        "Tool",
+        "ToolCall",
+        "ToolCallDelta",
+        "ToolChoice",
         "Usage",
     ],
 }

@@ -19,10 +19,15 @@ from wasmtime import Engine as WasmEngine
 from wasmtime import Store, WasmtimeError
 from wasmtime.component import Component, FuncType, Instance, Linker
 
+from llmhost.chat.openai_shape import MessageLike, ToolChoiceLike, ToolLike, chat_messages, chat_tools
+from llmhost.chat.openai_shape import tool_choice as chat_tool_choice
+from llmhost.chat.service import ChatGeneration, collect_chat
 from llmhost.config import ConfigError, EnvValue, HostConfig, alias_map
 from llmhost.domain.limits import MAX_LIFTED_ITEMS
 from llmhost.domain.types import (
     DEFAULT_PARAMS,
+    ChatParams,
+    ChatResult,
     EmbeddingInput,
     EmbeddingsResult,
     InferenceResult,
@@ -304,6 +309,49 @@ class Host:
         check_text(prompt, "prompt")
         return self._llm.infer_stream(model, prompt, params if params is not None else DEFAULT_PARAMS)
 
+    def chat(
+        self,
+        model: str,
+        messages: Iterable[MessageLike],
+        params: InferencingParams | None = None,
+        tools: Iterable[ToolLike] | None = None,
+        tool_choice: ToolChoiceLike | None = None,
+    ) -> ChatResult:
+        """The WIT `chat`: a reply rendered with the model's template, text or tool calls (`result.message`).
+
+        `messages`: `ChatMessage`s or OpenAI-shaped dicts (`{"role": "user", "content": "..."}`); `tools`: `Tool`s or
+        OpenAI function dicts; `tool_choice`: `"auto"`, `"none"`, `"required"`, a named function or a `ToolChoice`.
+        """
+        return collect_chat(self.chat_stream(model, messages, params, tools, tool_choice))
+
+    def chat_stream(
+        self,
+        model: str,
+        messages: Iterable[MessageLike],
+        params: InferencingParams | None = None,
+        tools: Iterable[ToolLike] | None = None,
+        tool_choice: ToolChoiceLike | None = None,
+    ) -> ChatGeneration:
+        """The same chat as `chat`, as an iterator of `StreamChunk`s (text), `ToolCallDelta`s, then one
+        `StreamDone`. Input errors are raised here; `close()` cancels it and frees its slot."""
+        chat_params = ChatParams(
+            inferencing=params if params is not None else DEFAULT_PARAMS,
+            tools=chat_tools(tools),
+            tool_choice=chat_tool_choice(tool_choice),
+        )
+        return self._llm.chat_stream(model, chat_messages(messages), chat_params)
+
+    def apply_chat_template(
+        self,
+        model: str,
+        messages: Iterable[MessageLike],
+        tools: Iterable[ToolLike] | None = None,
+        *,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        """The prompt `chat` would generate from (the WIT `apply-chat-template`)."""
+        return self._llm.apply_chat_template(model, chat_messages(messages), chat_tools(tools), add_generation_prompt)
+
     def open_sequence(self, model: str) -> TokenSequence:
         """A new, empty `TokenSequence` (the WIT `sequences.sequence`); `close()` frees it."""
         return self._llm.open_sequence(model)
@@ -380,16 +428,24 @@ class App:
         except WasmtimeError as error:
             raise LoadError(f"{self.name} cannot be instantiated on this host: {_cause(str(error))}") from None
 
-    def run(self, args: Sequence[str], *, stdout: OutputSink | None = None, stderr: OutputSink | None = None) -> int:
+    def run(
+        self,
+        args: Sequence[str],
+        *,
+        stdout: OutputSink | None = None,
+        stderr: OutputSink | None = None,
+        scope: RunScope | None = None,
+    ) -> int:
         """Call the guest's `run(args)` in a fresh instance and return its exit status.
 
         The guest's stdout/stderr go to this process's file descriptors 1 and 2, or, when `stdout`/`stderr`
         callbacks are given, to them, once, when the run ends (trap included). Raises `GuestTrap` (or
-        `GuestTimeout`) when the guest traps.
+        `GuestTimeout`) when the guest traps. `scope`: the run's (a fresh one when None); `scope.cancel(reason)`
+        from another thread ends its generations and fails its further model calls with `reason`.
         """
         args = list(args)
         captured = [CapturedOutput(sink) if sink is not None else None for sink in (stdout, stderr)]
-        scope = RunScope(f"run of {self.name}")
+        scope = scope if scope is not None else RunScope(f"run of {self.name}")
         timeout_s = self.host.config.sandbox.timeout_s
         if timeout_s is not None:
             scope.set_deadline(time.monotonic() + timeout_s)

@@ -136,12 +136,19 @@ def cli(ctx: click.Context, config_path: Path | None, cache_dir: Path | None) ->
     ctx.obj = Settings(config_path, cache_dir)
 
 
+def pull_option() -> Callable[[F], F]:
+    return click.option(
+        "--pull", is_flag=True, help="Download `hf-repo` models not in the Hugging Face cache yet (else: an error)."
+    )
+
+
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.argument("app", type=click.Path(exists=True, path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@pull_option()
 @click.pass_obj
 @reports_errors
-def run(settings: Settings, app: Path, args: tuple[str, ...]) -> None:
+def run(settings: Settings, app: Path, args: tuple[str, ...], pull: bool) -> None:
     """Run APP.wasm's `run` export with ARGS and exit with its status. APP may be a guest directory: it is built
     first when its sources changed (the build is cached by content).
 
@@ -153,6 +160,10 @@ def run(settings: Settings, app: Path, args: tuple[str, ...]) -> None:
     guest_args = list(args)
     if guest_args[:1] == ["--"]:  # click keeps the separator once positional parsing has begun
         guest_args = guest_args[1:]
+    if pull:
+        from llmhost.engine.hub_pull import pull_models
+
+        pull_models(settings.config().models, _log_note)
     if app.is_dir():
         app = _build_for_run(settings, app, "command")
     with settings.host() as host:
@@ -277,9 +288,12 @@ def new(name: str, template: str, lang: str) -> None:
 @config_option("App config (TOML): routes, components, grants, limits, listen address, models. Overrides llmhost -c.")
 @listen_option("HOST:PORT to listen on (port 0: any free port) [default: the config's `listen`, else 127.0.0.1:8080].")
 @log_level_option("info logs one line per request: method, path, status, duration, tokens.")
+@pull_option()
 @click.pass_obj
 @reports_errors
-def serve(settings: Settings, app: Path | None, config_path: Path | None, listen: str | None, log_level: str) -> None:
+def serve(
+    settings: Settings, app: Path | None, config_path: Path | None, listen: str | None, log_level: str, pull: bool
+) -> None:
     """Serve APP.wasm (an `http-app` component) on every path, or the app a config describes. APP may be a guest
     directory: it is built first when its sources changed.
 
@@ -290,6 +304,7 @@ def serve(settings: Settings, app: Path | None, config_path: Path | None, listen
 
     if app is None and config_path is None and settings.config_path is None:
         raise click.UsageError("give APP.wasm, or an app config with -c/--config")
+    _pull_for(settings, config_path, pull)
     if app is not None and app.is_dir():
         app = _build_for_run(settings, app, "http-app")
     serve_settings = settings_for(config_path or settings.config_path, app, listen, settings.cache_dir)
@@ -301,9 +316,12 @@ def serve(settings: Settings, app: Path | None, config_path: Path | None, listen
 @config_option("App config (TOML), as for serve: components, grants, limits, models, API keys.")
 @listen_option("Serve Streamable HTTP on HOST:PORT at /mcp (port 0: any free port) instead of stdio.")
 @log_level_option("info logs one line per tool call that fails, and the tools at start.")
+@pull_option()
 @click.pass_obj
 @reports_errors
-def mcp(settings: Settings, app: Path | None, config_path: Path | None, listen: str | None, log_level: str) -> None:
+def mcp(
+    settings: Settings, app: Path | None, config_path: Path | None, listen: str | None, log_level: str, pull: bool
+) -> None:
     """Serve the functions a component exports as MCP tools: APP.wasm (or a guest directory, built first when its
     sources changed) over stdio, or every component of an app config over Streamable HTTP with --listen.
 
@@ -315,10 +333,53 @@ def mcp(settings: Settings, app: Path | None, config_path: Path | None, listen: 
 
     if app is None and config_path is None and settings.config_path is None:
         raise click.UsageError("give APP.wasm or a guest directory, or an app config with -c/--config")
+    _pull_for(settings, config_path, pull)
     if app is not None and app.is_dir():
         app = _build_for_run(settings, app, None)
     serve_settings = settings_for(config_path or settings.config_path, app, listen, settings.cache_dir, routed=False)
     sys.exit(run(serve_settings, stdio=listen is None, log_level=log_level))
+
+
+def _pull_for(settings: Settings, config_path: Path | None, pull: bool) -> None:
+    """serve's and mcp's `--pull`: their config's `hf-repo` models, before anything loads them."""
+    path = config_path or settings.config_path
+    if pull and path is not None:
+        from llmhost.engine.hub_pull import models_of, pull_models
+
+        pull_models(models_of(path), _log_note)
+
+
+def _log_note(message: str) -> None:
+    click.echo(f"llmhost: {message}", err=True)  # progress in the log (stderr), a terminal or not
+
+
+@cli.command()
+@click.argument("ref", metavar="REPO[:QUANT|FILE]")
+@click.option("--revision", default="main", show_default=True, help="A branch, tag or commit of the repo.")
+@click.option("--name", help="The model's name in the printed table [default: the repo's, without -GGUF].")
+@click.option(
+    "--config",
+    "add_to",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also add the [models.NAME] table to this config file.",
+)
+@reports_errors
+def pull(ref: str, revision: str, name: str | None, add_to: Path | None) -> None:
+    """Download a GGUF model from the Hugging Face Hub into its cache (HF_HOME, shared with other tools), e.g.
+    `llmhost pull bartowski/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M`: QUANT picks the file of that quantization, FILE
+    (or a glob) names one; a split GGUF comes whole. Resumes an interrupted download; checks the size, the Hub's
+    sha256 and the GGUF header. Honours HF_TOKEN, HF_ENDPOINT and HF_HUB_OFFLINE. Prints the config table to add."""
+    from llmhost.engine.hub_pull import add_table, config_table, model_name, parse_ref
+    from llmhost.engine.hub_pull import pull as pull_file
+
+    repo, selector = parse_ref(ref)
+    pulled = pull_file(repo, selector, revision, _log_note)
+    _log_note(f"{repo} at commit {pulled.commit}: {pulled.path}")
+    table = config_table(name or model_name(repo), pulled)
+    click.echo(table, nl=False)
+    if add_to is not None:
+        add_table(add_to, table)
+        _log_note(f"added to {add_to}")
 
 
 @cli.command()
@@ -328,7 +389,7 @@ def models(settings: Settings) -> None:
     """List the configured models: name, kind (base, instruct or embedding), context length, file size,
     quantization, whether the file carries a chat template, aliases (comma-separated; `-`: none), source. Reads
     no more than each GGUF's header."""
-    from llmhost.cli_models import model_rows
+    from llmhost.engine.listing import model_rows
 
     for line in model_rows(settings.config()):
         click.echo(line)

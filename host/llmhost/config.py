@@ -86,6 +86,18 @@ class ModelConfig(_Section):
     # A model only for embeddings: every generation call is refused with `model-not-supported`, and the model gets
     # no generation slots or KV cache. Implied by a GGUF whose attention is non-causal (BERT, nomic-bert).
     embeddings_only: bool = False
+    # What the model is: "base" (pretrained), "instruct" (chat-tuned) or "embedding". None: known for the built-ins,
+    # else read from the GGUF (a chat template of its own: instruct; non-causal attention or pooling: embedding).
+    # "embedding" implies `embeddings-only`.
+    kind: Literal["base", "instruct", "embedding"] | None = None
+
+    # --- a model from the Hugging Face Hub (`llmhost pull`, README "Models") ---------------------------------
+    # The repo, e.g. "bartowski/Qwen2.5-0.5B-Instruct-GGUF", and which GGUF of it: a file name or a glob
+    # ("*Q4_K_M.gguf"; a split GGUF's first part stands for all). The file is taken from the Hub's cache (HF_HOME):
+    # `llmhost pull` or `--pull` download it. Exclusive with `path`.
+    hf_repo: str | None = Field(None, min_length=3, pattern=r"^[\w.-]+/[\w.-]+$")
+    hf_file: str | None = Field(None, min_length=1)
+    hf_revision: str = Field("main", min_length=1)  # a branch, tag or commit
 
     # --- where the model runs (docs/scale-out.md) ---------------------------------------------------------
     # "llama-cpp": in this process. "openai": on remote OpenAI-compatible servers (vLLM, SGLang, llama.cpp's
@@ -117,6 +129,27 @@ class ModelConfig(_Section):
         for url in self.base_urls:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"`base-urls`: {url!r} is not an http(s) URL")
+        return self._check_hub()._check_kind()
+
+    def _check_hub(self) -> ModelConfig:
+        if self.hf_repo is not None and self.path is not None:
+            raise ValueError("`hf-repo` and `path` both name the model's file: keep one")
+        if self.hf_repo is None and (self.hf_file is not None or "hf_revision" in self.model_fields_set):
+            raise ValueError("`hf-file` and `hf-revision` need `hf-repo`")
+        if self.hf_repo is not None and self.backend == "openai":
+            raise ValueError('`hf-repo` is for backend = "llama-cpp" (a remote server has its own files)')
+        return self
+
+    def _check_kind(self) -> ModelConfig:
+        if self.kind is None:
+            return self
+        if "embeddings_only" in self.model_fields_set and self.embeddings_only != (self.kind == "embedding"):
+            raise ValueError(
+                f'`kind = "{self.kind}"` and `embeddings-only = {str(self.embeddings_only).lower()}` disagree '
+                '(`kind = "embedding"` goes with `embeddings-only = true`, any other kind with false)'
+            )
+        if self.kind == "embedding" and not self.embeddings_only:
+            object.__setattr__(self, "embeddings_only", True)  # frozen: set once, while validating
         return self
 
 

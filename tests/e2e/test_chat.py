@@ -150,8 +150,12 @@ def test_named_tool_call_and_tool_result_turn(real_probe: Probe, model: str) -> 
     assert '"tool_response"' in text and call["id"] in text and text.endswith(GENERATION_PROMPT[model])
     # The tools are described in the system turn, before the conversation.
     assert text.index('"get_weather"') < text.index(json.loads(ASK)[0]["content"])
-    answer = ok(real_probe("chat", model, json.dumps(history), params(inferencing={"max-tokens": 16}, tools=[TIME])))
-    assert answer["finish-reason"] in ("stop", "length", "tool-calls")
+    answer = real_probe("chat", model, json.dumps(history), params(inferencing={"max-tokens": 16}, tools=[TIME]))
+    if answer.exit_code != 0:  # 16 tokens may cut a call short: reported as an incomplete call, never as text
+        assert answer.error["kind"] == "invalid-input" and "incomplete tool call" in answer.error["message"], answer
+    else:
+        assert answer.value["finish-reason"] in ("stop", "length", "tool-calls")
+        assert answer.value["message"]["content"] is None or not answer.value["message"]["content"].startswith("{")
 
 
 @pytest.mark.parametrize("model", MODELS)

@@ -1,5 +1,5 @@
 """Deterministic mode through `llmhost serve` with the openai-compat example and the official `openai` client, on
-both built-in models: 16 seeded temperature-1 completions of 48 tokens, each sent cold, warm (streamed, with its
+both built-in models: 16 seeded temperature-1 completions of 24 tokens, each sent cold, warm (streamed, with its
 whole prompt cached), under 7 concurrent other requests, and after churn (unrelated traffic, then a request that
 leaves part of its prompt cached; 8 at a time). Every run must give the cold run's tokens and log-probabilities
 exactly, and `n` choices (forks of one sequence) must repeat under load and after churn. Same machine, same
@@ -24,7 +24,7 @@ from .conftest import END_TOKENS, MODELS
 
 pytestmark = [pytest.mark.model, pytest.mark.wasm]
 
-TOKENS = 48
+TOKENS = 24  # enough to diverge under any nondeterminism; 48 doubled the time (issue 59)
 SUBJECTS = (
     "a lighthouse keeper",
     "octopuses",
@@ -82,7 +82,7 @@ def client(server: Server) -> Any:
 
 
 def no_end(model: str) -> dict[str, int]:
-    return {str(t): -100 for t in END_TOKENS[model]}  # so that every completion runs its 48 tokens
+    return {str(t): -100 for t in END_TOKENS[model]}  # so that every completion runs its TOKENS tokens
 
 
 Run = tuple[tuple[str, ...], tuple[float, ...]]  # the tokens and their log-probabilities
@@ -140,7 +140,7 @@ def test_seeded_completions_repeat_exactly_cold_warm_loaded_and_after_churn(clie
         cold.append(complete(client, model, prompt, seed))
         # warm: the whole prompt is in the prefix cache now; streamed, against the non-streamed cold run
         assert complete(client, model, prompt, seed, stream=True) == cold[-1], f"warm: {prompt!r}"
-    assert all(len(tokens) == TOKENS for tokens, _ in cold), "every completion must run its 48 tokens"
+    assert all(len(tokens) == TOKENS for tokens, _ in cold), "every completion must run its TOKENS tokens"
     assert len({tokens for tokens, _ in cold}) == len(cold)
     cold_choices = choices(client, model, n_prompt, 77)
     assert len(set(cold_choices)) == 3, "seeded choices use seed + k: they differ"

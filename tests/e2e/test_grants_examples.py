@@ -35,7 +35,7 @@ from llmhost import Host, build_component
 from probe_driver import ProbeOutcome
 from serve_driver import LISTENING, LLMHOST, Server, serving
 
-from .conftest import MODEL
+from .conftest import SMOL
 from .test_serve_examples import free_port
 
 pytestmark = [pytest.mark.model, pytest.mark.wasm]
@@ -202,7 +202,7 @@ def test_agent_readme(tmp_path: Path, llmhost_cache_dir: Path) -> None:
         replace = {"8081": port, "guest-examples/agent/llmhost.toml": str(config)}
         (_, run), [api] = run_commands(commands, root, llmhost_cache_dir, replace, stack)
         (prose,) = constants("agent", "PROSE")
-        # The README's shape: one call (Gemma's tool format has one call per reply), then the answer: one sentence,
+        # The README's shape: one call (the JSON call format has one call per reply), then the answer: one sentence,
         # as the constraint allows (the last character may be missing if the sentence ran past max-tokens).
         answer = rf"answer: {prose.removesuffix('[.!?]')}[.!?]?"
         readme.assert_shape(run.stdout, expected, [CALL, answer])
@@ -219,7 +219,10 @@ def test_agent_answers_from_the_tool_result(
 ) -> None:
     """The agent's two chats are the model's on this machine: the probe guest, given the same conversation, makes
     the same call, and after the API's result gives the same answer."""
-    question, tools, params, final, prose = constants("agent", "QUESTION", "TOOLS", "PARAMS", "FINAL", "PROSE")
+    question, tools, params, final, prose, model = constants(
+        "agent", "QUESTION", "TOOLS", "PARAMS", "FINAL", "PROSE", "MODEL"
+    )
+    assert model == SMOL  # the agent chats with the built-in instruct model
     with weather_api(AGENT / "weather_api.py") as api:
         base = f"http://{api.host}:{api.port}"
         done = real_host.load(agent_wasm, config={"weather-api": base}, allowed_outbound_hosts=[base]).run_captured([])
@@ -231,7 +234,7 @@ def test_agent_answers_from_the_tool_result(
     asked = [{"role": "user", "content": question}]
     first = real_probe(
         "chat",
-        MODEL,
+        model,
         json.dumps(asked),
         json.dumps({"inferencing": inferencing, "tools": wit_tools, "tool-choice": "required"}),
     )
@@ -245,7 +248,7 @@ def test_agent_answers_from_the_tool_result(
         {"role": "user", "content": final},
     ]
     second = real_probe(
-        "chat", MODEL, json.dumps(history), json.dumps({"inferencing": {**inferencing, "constraint": {"regex": prose}}})
+        "chat", model, json.dumps(history), json.dumps({"inferencing": {**inferencing, "constraint": {"regex": prose}}})
     )
     assert second.exit_code == 0, second.error
     assert output.splitlines()[-1] == f"answer: {second.value['message']['content'].strip()}"

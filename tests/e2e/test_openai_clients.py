@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.model, pytest.mark.wasm]
 
 MODEL = "gemma-3-270m"
 EMBEDDING_MODEL = "all-minilm-l6-v2"  # the built-in embedding model
+CHAT_MODEL = "smollm2-135m"  # the built-in instruct model: chat's default
 API_KEY = "sk-test-4c7e0b9d2f"  # must never show up in the server's log
 SHORT_DEADLINE_S = 2.0  # the /short route: time to first byte and between writes
 CAP_S = 6.0  # the /capped route: the whole request (its idle deadline is long)
@@ -164,8 +165,13 @@ def test_a_request_naming_no_model_uses_the_components_default_model(server: Ser
     for body in ({"prompt": "Hello", "max_tokens": 2}, {"model": None, "prompt": "Hello", "max_tokens": 2}):
         status, data = post(server, "/v1/completions", body)
         assert status == 200 and data["model"] == MODEL and data["usage"]["completion_tokens"] <= 2, data
+    # But chat goes to the built-in instruct model (Gemma 3 270M is a base model), and /v1/models says which is which.
     status, data = post(server, "/v1/chat/completions", {"messages": QUESTION, "max_tokens": 2})
-    assert status == 200 and data["model"] == MODEL, data
+    assert status == 200 and data["model"] == CHAT_MODEL, data
+    status, listed = server.request("GET", "/v1/models", headers={"authorization": f"Bearer {API_KEY}"})
+    assert status == 200, listed
+    kinds = {model["id"]: model["kind"] for model in json.loads(listed)["data"]}
+    assert kinds == {MODEL: "base", CHAT_MODEL: "instruct", EMBEDDING_MODEL: "embedding"}, kinds
     status, data = post(server, "/v1/embeddings", {"model": None, "input": "x"})
     assert status == 200 and data["model"] == MODEL and len(data["data"]) == 1, data
     status, data = post(server, "/v1/completions", {"model": "no-such-model", "prompt": "x", "max_tokens": 2})

@@ -67,11 +67,12 @@ def test_models(fake_config_file: Path) -> None:
     result = invoke("-c", str(fake_config_file), "models")
     assert result.exit_code == 0, result.stderr
     header, *rows = result.stdout.splitlines()
-    assert header.split() == ["NAME", "CONTEXT", "ALIASES", "PATH"]
-    assert [row.split(maxsplit=3) for row in rows] == [
-        ["gemma-3-270m", "4096", "-", "(built-in default)"],
-        ["smollm2-135m", "4096", "-", "(built-in)"],
-        ["all-minilm-l6-v2", "4096", "-", "(built-in)"],
+    assert header.split() == ["NAME", "KIND", "CONTEXT", "SIZE", "QUANT", "TEMPLATE", "ALIASES", "SOURCE"]
+    # The built-ins' kinds are constants: listing them extracts or converts no file.
+    assert [row.split() for row in rows] == [
+        ["gemma-3-270m", "base", "4096", "253MB", "Q4_K_M", "no", "-", "(built-in)"],
+        ["smollm2-135m", "instruct", "4096", "98MB", "Q4_1", "yes", "-", "(built-in)"],
+        ["all-minilm-l6-v2", "embedding", "4096", "91MB", "F32", "no", "-", "(built-in)"],
     ]
 
 

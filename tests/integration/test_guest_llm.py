@@ -56,6 +56,14 @@ def test_model_info_and_embeddings(probe: Probe) -> None:
     assert embedded["usage"] == {"prompt-token-count": 5}
 
 
+def test_model_kind(probe: Probe) -> None:
+    # The built-ins' kinds are constants (Gemma 3 270M is a pretrained model); an unknown model is refused.
+    kinds = {name: probe("kind", name).value for name in ("gemma-3-270m", "smollm2-135m", "all-minilm-l6-v2")}
+    assert kinds == {"gemma-3-270m": "base", "smollm2-135m": "instruct", "all-minilm-l6-v2": "embedding"}
+    refused = probe("kind", "no-such-model")
+    assert refused.error is not None and refused.error["kind"] == "model-not-supported", refused
+
+
 @pytest.mark.parametrize(
     ("params", "field"),
     [

@@ -381,10 +381,34 @@ def test_chat_stream_yields_content_and_tool_call_deltas(chat_sdk: tuple[Any, Fa
     assert stream.text == "Let me check. " and stream.done.finish_reason == "stop"
     assert stream._handle is None
     _, model, messages, params = fake.calls[-1]
-    assert model == "gemma-3-270m" and messages[0] == ChatMessage(ChatRole.USER, "Weather?", [], None)
+    # Chat defaults to the built-in instruct model; completion keeps Gemma 3 270M, a base model.
+    assert model == "smollm2-135m" and messages[0] == ChatMessage(ChatRole.USER, "Weather?", [], None)
     # {"name": ...} names a tool whatever its name ("auto" included); plain strings keep their meaning.
     assert params.tool_choice == ToolChoice_Named("auto") and params.inferencing.seed == 1
     assert params.tools == [ToolSpec("weather", None, '{"type": "object"}')]
+
+
+def test_chat_and_infer_have_their_own_default_models(chat_sdk: tuple[Any, FakeLlm]) -> None:
+    guest, fake = chat_sdk
+    guest.llm.infer("Once upon a time")
+    assert fake.calls[-1][:2] == ("infer", guest.DEFAULT_MODEL) and guest.DEFAULT_MODEL == "gemma-3-270m"
+    with guest.llm.chat_stream([("user", "hi")]) as stream:
+        list(stream)
+    assert fake.calls[-1][:2] == ("chat-stream", guest.DEFAULT_CHAT_MODEL)
+    assert guest.DEFAULT_CHAT_MODEL == "smollm2-135m"
+
+
+class ModelKind(Enum):
+    BASE = 0
+    INSTRUCT = 1
+    EMBEDDING = 2
+
+
+def test_model_kind_names_the_wit_enum_case(sdk: tuple[Any, FakeLlm]) -> None:
+    guest, fake = sdk
+    fake.get_model_kind = lambda model: {"smollm2-135m": ModelKind.INSTRUCT}.get(model, ModelKind.BASE)  # type: ignore[attr-defined]
+    assert guest.llm.model_kind("smollm2-135m") == "instruct"
+    assert guest.llm.model_kind() == "base"
 
 
 def test_embed_returns_vectors_with_their_usage(sdk: tuple[Any, FakeLlm]) -> None:

@@ -8,9 +8,12 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "host" / "llmhost"
 # Bottom up. `toolchains` and `guest_sdk` stand apart: only the entry points above `api` use the toolchains.
-LAYERS = ["domain", "config", "engine", "chat", "run", "grants", "runtime", "interfaces", "api", "serve", "mcp", "cli"]
+LAYERS = [
+    *("domain", "config", "engine", "chat", "run", "grants", "runtime", "interfaces"),
+    *("api", "aio", "serve", "asgi", "mcp", "cli"),
+]
 APART = {"toolchains": {"domain", "config"}, "guest_sdk": set()}
-USERS_OF_TOOLCHAINS = {"api", "serve", "mcp", "cli"}
+USERS_OF_TOOLCHAINS = {"api", "aio", "serve", "asgi", "mcp", "cli"}
 
 
 def top_of(module: str) -> str:

@@ -196,11 +196,11 @@ def test_llmhost_models_lists_each_models_aliases(tmp_path: Path) -> None:
     code, out, err = invoke("-c", str(config_file(tmp_path)), "models")
     assert code == 0, err
     header, *rows = out.splitlines()
-    assert header.split() == ["NAME", "CONTEXT", "ALIASES", "PATH"]
-    assert [row.split(maxsplit=3) for row in rows] == [
-        ["gemma-3-270m", "4096", ",".join(ALIASES), "(built-in default)"],
-        ["smollm2-135m", "4096", "-", "(built-in)"],
-        ["all-minilm-l6-v2", "4096", "-", "(built-in)"],
+    assert header.split()[-2:] == ["ALIASES", "SOURCE"]
+    assert [row.split()[:3] + row.split()[-2:] for row in rows] == [
+        ["gemma-3-270m", "base", "4096", ",".join(ALIASES), "(built-in)"],
+        ["smollm2-135m", "instruct", "4096", "-", "(built-in)"],
+        ["all-minilm-l6-v2", "embedding", "4096", "-", "(built-in)"],
     ]
 
 

@@ -7,8 +7,9 @@ text or calls (tools.py). The streamed form is the one implementation; `chat` co
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 from llmhost.chat.template import ChatTemplate
@@ -21,9 +22,11 @@ from llmhost.chat.tools import (
     parse_tools,
     reply_constraint,
     scan_calls,
+    shortest_call,
 )
 from llmhost.chat.tools import template_messages as to_template_messages
 from llmhost.domain.errors import EngineError, InvalidInput
+from llmhost.domain.kinds import ModelKind
 from llmhost.domain.limits import MAX_BYTES_PER_TOKEN
 from llmhost.domain.types import (
     ChatEvent,
@@ -35,6 +38,7 @@ from llmhost.domain.types import (
     InferencingParams,
     StreamChunk,
     StreamDone,
+    StreamEvent,
     TokenLogprob,
     Tool,
     ToolCall,
@@ -58,12 +62,15 @@ class ChatGeneration(Protocol):
 
 StartGeneration = Callable[[str, str, InferencingParams], Generation]
 
+_log = logging.getLogger(__name__)
+
 
 class ChatService:
     def __init__(self, registry: Callable[[], Registry]) -> None:
         self._registry = registry
         self._templates: dict[tuple[str, str], ChatTemplate] = {}
         self._lock = threading.Lock()
+        self._warned: set[str] = set()  # base models a chat has been warned of (once each)
 
     def _engine(self, model: str) -> Engine:
         return self._registry().engine(model)
@@ -93,6 +100,42 @@ class ChatService:
         hf_tools = openai_tools(tools) if tools and template.knows_tools else None
         return template.prompt(hf_messages, hf_tools, add_generation_prompt), template, fmt, tools
 
+    def _check_call_budget(self, model: str, call: str, max_tokens: int | None) -> None:
+        """`required` and `named` promise a call: a budget too small for the shortest valid one is refused now,
+        naming `max-tokens`, rather than cut off into an incomplete call."""
+        if max_tokens is None:
+            return
+        engine = self._engine(model)
+        bos = len(engine.tokenize(model, "a")) - 1  # tokenize counts a beginning-of-sequence token, if any
+        needed = len(engine.tokenize(model, call)) - bos
+        if max_tokens < needed:
+            raise InvalidInput(
+                f"max-tokens ({max_tokens}) is too small for the tool call the tool-choice requires: the shortest "
+                f"valid call ({call}) takes {needed} tokens of this model; raise `max-tokens` to at least {needed}"
+            )
+
+    def _warn_if_base(self, model: str, template: ChatTemplate) -> None:
+        """A chat on a base model still runs (some few-shot one on purpose) but is rarely what was meant: say so
+        once per model, unless the config gives it a template (then the user chose the format)."""
+        if model in self._warned:
+            return
+        registry = self._registry()
+        config = registry.config(model)
+        if registry.kind(model) != ModelKind.BASE or config.chat_template or config.chat_template_file:
+            return
+        with self._lock:
+            if model in self._warned:
+                return
+            self._warned.add(model)
+        _log.warning(
+            "chat on model %r, a base (pretrained) model: its prompt uses %s, a format it was not trained to "
+            "answer in, so replies may be unrelated text. Use an instruct model (e.g. smollm2-135m), or set "
+            '`models.%s.chat-template` (or `kind = "instruct"` if it is one)',
+            model,
+            template.info.origin,
+            model,
+        )
+
     def apply_template(
         self, model: str, messages: list[ChatMessage], tools: tuple[Tool, ...], add_generation_prompt: bool
     ) -> str:
@@ -115,6 +158,7 @@ class ChatService:
         context = self._engine(model).model_info(model).context_length
         check_text_length("the chat's messages", length, context, context, MAX_BYTES_PER_TOKEN)
         prompt, template, fmt, tools = self._prompt(model, messages, params, add_generation_prompt=True)
+        self._warn_if_base(model, template)
         inferencing = params.inferencing
         constraint = reply_constraint(tools, params.tool_choice, fmt)
         if constraint is not None and inferencing.constraint is not None:
@@ -122,6 +166,8 @@ class ChatService:
                 "inferencing.constraint cannot be combined with tools (the reply is already constrained to text or "
                 "calls); pass tool-choice `none` to constrain a text reply"
             )
+        if constraint is not None and params.tool_choice.kind in ("required", "named"):
+            self._check_call_budget(model, shortest_call(tools, params.tool_choice, fmt), inferencing.max_tokens)
         stops = tuple(dict.fromkeys(inferencing.stop + template.stops))
         update: dict[str, object] = {"stop": stops}
         if constraint is not None:
@@ -154,12 +200,28 @@ class ChatStream:
         while not self._pending:
             if self._done:
                 raise StopIteration
-            event = next(self._generation)
-            if isinstance(event, StreamChunk):
-                self._on_chunk(event)
-            else:
-                self._on_done(event)
+            self.feed(next(self._generation))
         return self._pending.pop(0)
+
+    def feed(self, event: StreamEvent) -> None:
+        """One event of the generation (read by the caller: asyncio polls it), turned into chat events (`take`)."""
+        if isinstance(event, StreamChunk):
+            self._on_chunk(event)
+        else:
+            self._on_done(event)
+
+    def take(self) -> list[ChatEvent]:
+        pending, self._pending = self._pending, []
+        return pending
+
+    @property
+    def generation(self) -> Generation:
+        return self._generation
+
+    @property
+    def done(self) -> bool:
+        """The generation's done event was fed (what is left to `take` is the last)."""
+        return self._done
 
     def _on_chunk(self, chunk: StreamChunk) -> None:
         self._text += chunk.text
@@ -225,23 +287,29 @@ class ChatStream:
 
 def collect_chat(stream: ChatGeneration) -> ChatResult:
     """Run a chat stream to its end and gather it into one result (what `chat` returns)."""
+    try:
+        return gather_chat(stream, stream if isinstance(stream, ChatStream) else None)
+    finally:
+        stream.close()
+
+
+def gather_chat(events: Iterable[ChatEvent], chat: ChatStream | None) -> ChatResult:
+    """A chat's events, read to the done event, as one result; `chat`: the stream they came from (asyncio reads
+    the events itself), whose logprobs and text the result takes."""
     parts: list[str] = []
     logprobs: list[TokenLogprob] = []
     deltas: dict[int, dict[str, str]] = {}
-    try:
-        for event in stream:
-            if isinstance(event, StreamChunk):
-                parts.append(event.text)
-                logprobs.extend(event.logprobs)
-            elif isinstance(event, ToolCallDelta):
-                entry = deltas.setdefault(event.index, {"id": "", "name": "", "arguments": ""})
-                entry["id"] = event.id or entry["id"]
-                entry["name"] = event.name or entry["name"]
-                entry["arguments"] += event.arguments
-            elif isinstance(event, StreamDone):
-                return _result(parts, deltas, logprobs, event.finish_reason, event.usage, stream)
-    finally:
-        stream.close()
+    for event in events:
+        if isinstance(event, StreamChunk):
+            parts.append(event.text)
+            logprobs.extend(event.logprobs)
+        elif isinstance(event, ToolCallDelta):
+            entry = deltas.setdefault(event.index, {"id": "", "name": "", "arguments": ""})
+            entry["id"] = event.id or entry["id"]
+            entry["name"] = event.name or entry["name"]
+            entry["arguments"] += event.arguments
+        elif isinstance(event, StreamDone):
+            return _result(parts, deltas, logprobs, event.finish_reason, event.usage, chat)
     raise EngineError("chat generation ended without a done event")
 
 
@@ -251,14 +319,18 @@ def _result(
     logprobs: list[TokenLogprob],
     finish: FinishReason,
     usage: Usage,
-    stream: ChatGeneration,
+    stream: ChatStream | None,
 ) -> ChatResult:
     calls = tuple(ToolCall(**deltas[i]) for i in sorted(deltas)) if finish is FinishReason.TOOL_CALLS else ()
     text = "".join(parts)
-    if isinstance(stream, ChatStream):
+    if stream is not None:
         logprobs = stream.logprobs
         if not calls and stream.in_call:
-            text = stream.text  # an unfinished call (the budget ran out): its text is all there is
+            # Never a text reply: its arguments would be no valid JSON (the WIT promise), so the caller gets why.
+            raise InvalidInput(
+                f"incomplete tool call: the reply began a call but ended (finish `{finish.value}`) after "
+                f"{usage.generated_token_count} tokens, before the call was complete; raise `max-tokens`"
+            )
     return ChatResult(
         message=ChatMessage(role=ChatRole.ASSISTANT, content=text if text or not calls else None, tool_calls=calls),
         finish_reason=finish,

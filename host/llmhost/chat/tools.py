@@ -206,6 +206,36 @@ def reply_constraint(tools: list[ParsedTool], choice: ToolChoice, fmt: CallForma
     return Constraint.grammar(f"%llguidance {{}}\n{start}\n{call_rule}\n")
 
 
+def shortest_call(tools: list[ParsedTool], choice: ToolChoice, fmt: CallFormat) -> str:
+    """About the shortest text a `required` / `named` reply can be: one call with only its required arguments, each
+    at its shortest value (used to refuse a `max-tokens` that cannot hold any call, before generating)."""
+    offered = [t for t in tools if choice.kind != "named" or t.name == choice.name]
+    calls = [
+        json.dumps({"name": t.name, "arguments": _shortest(t.schema)}, separators=(", ", ": "), ensure_ascii=False)
+        for t in offered
+    ]
+    call = min(calls, key=len)
+    return f"<tool_call>\n{call}\n</tool_call>" if fmt == "hermes" else call
+
+
+def _shortest(schema: Any) -> Any:
+    """A shortest JSON value of the schema, or shorter (never longer: the check must not refuse a feasible call)."""
+    if not isinstance(schema, dict):
+        return 0
+    if "const" in schema:
+        return schema["const"]
+    options = schema.get("enum") or [_shortest(s) for s in schema.get("anyOf") or schema.get("oneOf") or []]
+    if options:
+        return min(options, key=lambda value: len(json.dumps(value)))
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind]
+    if "object" in kinds and len(kinds) == 1 or (kind is None and "properties" in schema):
+        properties = schema.get("properties") or {}
+        return {name: _shortest(properties.get(name)) for name in schema.get("required") or []}
+    shortest: dict[Any, Any] = {"array": [], "string": "", "integer": 0, "number": 0, "boolean": False, "null": None}
+    return min((shortest.get(k, 0) for k in kinds), key=lambda value: len(json.dumps(value)))
+
+
 # -- reading calls out of the reply ---------------------------------------------------------------------------
 
 

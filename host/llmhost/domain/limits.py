@@ -14,6 +14,19 @@ SMOLLM2_MODEL = "smollm2-135m"
 MINILM_MODEL = "all-minilm-l6-v2"
 GENERATIVE_MODELS = (DEFAULT_MODEL, SMOLLM2_MODEL)
 BUILTIN_MODELS = (*GENERATIVE_MODELS, MINILM_MODEL)
+# What chat calls (the guest SDK's `chat`, openai-compat's chat route, the chat and agent templates) use when they
+# name no model: the instruct built-in. Completion (`infer`) keeps DEFAULT_MODEL, a pretrained (base) model.
+DEFAULT_CHAT_MODEL = SMOLLM2_MODEL
+# Each built-in model's kind (README "Models"), known without reading its file: Gemma 3 270M is Google's
+# pretrained model (its GGUF has no chat template), SmolLM2-135M-Instruct is instruction-tuned, MiniLM an encoder.
+BUILTIN_KINDS = {DEFAULT_MODEL: "base", SMOLLM2_MODEL: "instruct", MINILM_MODEL: "embedding"}
+# And the facts `llmhost models` shows of their files: (size in bytes, quantization, trained context length,
+# whether the GGUF carries a chat template). Constants, so that listing never assembles, extracts or converts one.
+BUILTIN_FILES = {
+    DEFAULT_MODEL: (253_113_024, "Q4_K_M", 32768, False),
+    SMOLLM2_MODEL: (98_362_432, "Q4_1", 8192, True),
+    MINILM_MODEL: (90_897_984, "F32", 512, False),
+}
 DEFAULT_CONTEXT_LENGTH = 4096
 DEFAULT_THREADS = 2
 DEFAULT_BATCH_SIZE = 512

@@ -5,11 +5,12 @@ Nothing here knows about wasmtime or llama.cpp: `abi` converts these to and from
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -46,6 +47,11 @@ class FinishReason(StrEnum):
     LENGTH = "length"
     CONTENT_FILTER = "content-filter"
     TOOL_CALLS = "tool-calls"
+
+    @property
+    def openai(self) -> str:
+        """As OpenAI spells it (underscores, where WIT has hyphens)."""
+        return self.value.replace("-", "_")
 
 
 ConstraintKind = Literal["json-schema", "json-object", "regex", "grammar", "choice"]
@@ -131,12 +137,21 @@ class Usage(Value):
     prompt_token_count: int
     generated_token_count: int
 
+    def to_dict(self) -> dict[str, int]:
+        """OpenAI's `usage`."""
+        prompt, completion = self.prompt_token_count, self.generated_token_count
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
 
 class InferenceResult(Value):
     finish_reason: FinishReason
     text: str
     usage: Usage
     logprobs: tuple[TokenLogprob, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """One choice of an OpenAI (legacy) completion, with its usage."""
+        return {"text": self.text, "finish_reason": self.finish_reason.openai, "usage": self.usage.to_dict()}
 
 
 class StreamChunk(Value):
@@ -194,7 +209,14 @@ class ChatRole(StrEnum):
 class ToolCall(Value):
     id: str
     name: str
-    arguments: str  # a JSON object, as text
+    arguments: str  # a JSON object, as text (as in OpenAI's API)
+
+    def parsed_arguments(self) -> Any:
+        """`arguments` parsed (json.JSONDecodeError when the text is not JSON)."""
+        return json.loads(self.arguments)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
 class ChatMessage(Value):
@@ -202,6 +224,15 @@ class ChatMessage(Value):
     content: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As OpenAI's messages (what `Host.chat` also takes)."""
+        result: dict[str, Any] = {"role": self.role.value, "content": self.content}
+        if self.tool_calls:
+            result["tool_calls"] = [call.to_dict() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            result["tool_call_id"] = self.tool_call_id
+        return result
 
 
 class Tool(Value):
@@ -228,6 +259,14 @@ class ChatResult(Value):
     finish_reason: FinishReason
     usage: Usage
     logprobs: tuple[TokenLogprob, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """One choice of an OpenAI chat completion, with its usage."""
+        return {
+            "message": self.message.to_dict(),
+            "finish_reason": self.finish_reason.openai,
+            "usage": self.usage.to_dict(),
+        }
 
 
 class ToolCallDelta(Value):

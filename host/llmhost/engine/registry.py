@@ -8,8 +8,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from llmhost.config import FakeEngineConfig, HostConfig, ModelConfig, alias_map
+from llmhost.domain.kinds import ModelKind
 from llmhost.domain.types import ModelInfo
 from llmhost.engine.base import Engine, configured
+from llmhost.engine.hub import model_file
+from llmhost.engine.kinds import FileFacts, file_facts
 from llmhost.engine.observer import Observers, no_observers
 
 
@@ -18,11 +21,17 @@ class Registry:
     alias (`models.NAME.aliases`) → its model's name."""
 
     def __init__(
-        self, engines: Mapping[str, Engine], order: list[str] | None = None, aliases: Mapping[str, str] | None = None
+        self,
+        engines: Mapping[str, Engine],
+        order: list[str] | None = None,
+        aliases: Mapping[str, str] | None = None,
+        configs: Mapping[str, ModelConfig] | None = None,
     ) -> None:
         self._engines = dict(engines)
         self._order = order if order is not None else list(engines)
         self._aliases = dict(aliases or {})
+        self._configs = dict(configs or {})  # for each model's kind (a model without one: the defaults)
+        self._facts: dict[str, FileFacts] = {}
 
     @classmethod
     def of(cls, engine: Engine) -> Registry:
@@ -44,6 +53,21 @@ class Registry:
 
     def model_names(self) -> list[str]:
         return list(self._order)
+
+    def facts(self, name: str) -> FileFacts:
+        """The model's kind and file facts, read once (from constants or the GGUF's header, never loading it)."""
+        found = self._facts.get(name)
+        if found is None:
+            config = self.config(name)
+            found = self._facts[name] = file_facts(name, config, model_file(config))
+        return found
+
+    def kind(self, name: str) -> ModelKind:
+        return self.facts(name).kind
+
+    def config(self, name: str) -> ModelConfig:
+        """The model's config (the defaults for a model of an engine passed in without one)."""
+        return self._configs.get(name) or ModelConfig()
 
     def list_models(self) -> list[ModelInfo]:
         """Every configured model's facts, without loading any (0 for what is unknown until loaded)."""
@@ -68,6 +92,12 @@ def create_registry(
 ) -> Registry:
     """`note` gets progress messages (loading a model takes a second or more); `observers(name)` gives each local
     model's observer (metrics)."""
+    if not isinstance(config.engine, FakeEngineConfig):
+        from llmhost.engine.hub import resolve
+
+        for name, model in config.models.items():
+            if model.hf_repo is not None:
+                resolve(name, model)  # refused at start when not downloaded, naming `llmhost pull`
     local = {name: m for name, m in config.models.items() if m.backend == "llama-cpp"}
     remote = {name: m for name, m in config.models.items() if m.backend == "openai"}
     engines: dict[str, Engine] = {}
@@ -80,7 +110,8 @@ def create_registry(
 
         engines.update(dict.fromkeys(remote, OpenAIEngine(remote, cache_dir=config.cache_dir, note=note)))
     aliases = {alias: name for alias, name in alias_map(config.models).items() if name in engines}
-    return Registry(engines, [name for name in config.models if name in engines] or list(engines), aliases)
+    order = [name for name in config.models if name in engines] or list(engines)
+    return Registry(engines, order, aliases, config.models)
 
 
 def _local_engine(

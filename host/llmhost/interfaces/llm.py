@@ -46,6 +46,7 @@ def define_llm(
         "tokenize": (lambda store, model, text: service.tokenize(model, text, scope_of(store)), abi.tokens_to_wit),
         "get-model-info": (lambda store, model: service.model_info(model, scope_of(store)), abi.model_info_to_wit),
         "default-params": (lambda store, model: service.default_params(model, scope_of(store)), abi.params_to_wit),
+        "get-model-kind": (lambda store, model: service.model_kind(model, scope_of(store)), str),
         "generate-embeddings": (
             lambda store, model, texts: service.embeddings(model, texts, scope_of(store)),
             abi.embeddings_to_wit,

@@ -6,7 +6,7 @@ absent from a 0.1.0 params record take their defaults; 0.2.0 result fields are s
 versions add functions only (0.2.1: `default-params`; 0.2.2: `generate-embeddings-for-tokens` and
 `sequence.append-tokens-with-logprobs`; 0.2.3: the `outbound-http` interface and the `platform` world, which also
 imports the standard `wasi:keyvalue` and `wasi:config` interfaces; 0.2.4: `outbound-http.send-streamed` and its
-`incoming-body` resource): a component that does not import one never
+`incoming-body` resource, and `llm.get-model-kind`): a component that does not import one never
 sees it.
 """
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from llmhost.chat.service import ChatGeneration, ChatService, collect_chat
 from llmhost.domain.errors import ModelNotSupported
+from llmhost.domain.kinds import ModelKind
 from llmhost.domain.limits import (
     ALLOWED_MODELS_KEY,
     MAX_OPEN_SEQUENCES,
@@ -110,6 +111,12 @@ class LlmService:
     def model_info(self, model: str, scope: RunScope | None = None) -> ModelInfo:
         model = self._check(model, scope)
         return self._engine(model).model_info(model)
+
+    def model_kind(self, model: str, scope: RunScope | None = None) -> ModelKind:
+        """Base, instruct or embedding (`engine.kinds`); never loads the model."""
+        model = self._check(model, scope)
+        self._engine(model)  # an unknown model is `model-not-supported`, as for every call
+        return self._registry().kind(model)
 
     def list_models(self) -> list[ModelInfo]:
         """The models this component may use."""

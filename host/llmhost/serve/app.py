@@ -186,6 +186,10 @@ class Exchange:
         absolute = re.match(r"^https?://[^/]*", raw_path, re.I)
         if absolute:
             raw_path = raw_path[absolute.end() :] or "/"
+        # Mounted under a path (Starlette's Mount, `asgi.component_app`), the guest sees the path below the mount.
+        root = scope.get("root_path", "")
+        if root and raw_path.startswith(root) and raw_path[len(root) : len(root) + 1] in ("", "/"):
+            raw_path = raw_path[len(root) :] or "/"
         self.path = raw_path
         query = scope.get("query_string", b"")
         self.path_with_query = raw_path + (f"?{query.decode('latin-1')}" if query else "")

@@ -27,6 +27,7 @@ fake engine (tests/integration) and the real llama.cpp engine (tests/e2e):
                                        "len-before"}]
     tokenize MODEL TEXT
     info MODEL
+    kind MODEL                         get-model-kind (0.2.4)
     embed MODEL TEXT...
     argv [ANY...]                      the WASI argv the guest sees
     count                              how many runs this instance has seen (1: a fresh instance per run)
@@ -492,6 +493,11 @@ def op_info(model):
     return {"name": info.name, "context-length": info.context_length, "vocab-size": info.vocab_size}
 
 
+def op_kind(model):
+    """llm.get-model-kind (0.2.4): "base", "instruct" or "embedding"."""
+    return llm.get_model_kind(model).name.lower()
+
+
 def op_defaults(model):
     """llm.default-params (0.2.1): the host's params when none are given."""
     p = llm.default_params(model)
@@ -585,6 +591,7 @@ OPERATIONS = {
     "template": op_template,
     "tokenize": op_tokenize,
     "info": op_info,
+    "kind": op_kind,
     "defaults": op_defaults,
     "embed": op_embed,
     "argv": op_argv,

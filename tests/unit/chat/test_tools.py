@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from llmhost.chat.service import ChatStream, collect_chat
-from llmhost.chat.tools import parse_tools, reply_constraint, scan_calls
+from llmhost.chat.tools import parse_tools, reply_constraint, scan_calls, shortest_call
 from llmhost.domain.errors import InvalidInput
 from llmhost.domain.types import (
     FinishReason,
@@ -92,10 +92,28 @@ def test_chat_stream_text_passes_through() -> None:
     assert not result.message.tool_calls
 
 
-def test_cut_off_call_is_returned_as_text() -> None:
-    result = collect_chat(ChatStream(ScriptedGeneration(pieces_of(JSON_CALL[:30]), FinishReason.LENGTH), "json"))
-    assert result.finish_reason is FinishReason.LENGTH
-    assert result.message.content == JSON_CALL[:30] and not result.message.tool_calls
+def test_a_cut_off_call_is_reported_incomplete_never_as_text() -> None:
+    with pytest.raises(InvalidInput, match=r"incomplete tool call.*finish `length`.*max-tokens"):
+        collect_chat(ChatStream(ScriptedGeneration(pieces_of(JSON_CALL[:30]), FinishReason.LENGTH), "json"))
+    # A stream says it by its events: a call's deltas (arguments a prefix of JSON), then `length`, never content.
+    events = list(ChatStream(ScriptedGeneration(pieces_of(JSON_CALL[:30]), FinishReason.LENGTH), "json"))  # type: ignore[arg-type]
+    assert not any(isinstance(e, StreamChunk) for e in events)
+    assert isinstance(events[-1], StreamDone) and events[-1].finish_reason is FinishReason.LENGTH
+
+
+@pytest.mark.parametrize(
+    ("schema", "arguments"),
+    [
+        ({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}, {"city": ""}),
+        ({"type": "object", "properties": {"n": {"type": "integer"}, "x": {"type": "string"}}}, {}),
+        ({"type": "object", "properties": {"u": {"enum": ["celsius", "c"]}}, "required": ["u"]}, {"u": "c"}),
+    ],
+)
+def test_shortest_call_takes_only_required_arguments_at_their_shortest(schema: dict, arguments: dict) -> None:
+    tools = parse_tools((Tool(name="f", parameters=json.dumps(schema)),), ToolChoice(kind="required"))
+    text = shortest_call(tools, ToolChoice(kind="required"), "json")
+    assert json.loads(text) == {"name": "f", "arguments": arguments}
+    assert shortest_call(tools, ToolChoice(kind="required"), "hermes") == f"<tool_call>\n{text}\n</tool_call>"
 
 
 def test_parse_tools_errors() -> None:

@@ -49,6 +49,8 @@ class SchedulerSide(Protocol):
 
     def next_event(self, job: LlamaGeneration) -> StreamEvent | LlmError: ...
 
+    def poll_event(self, job: LlamaGeneration) -> StreamEvent | LlmError | None: ...
+
     def cancel(self, job: LlamaGeneration) -> None: ...
 
     def deliver(self, job: LlamaGeneration, event: StreamEvent | LlmError) -> bool: ...
@@ -159,6 +161,8 @@ class LlamaGeneration:
         self.submission = 0  # the state's submission count when this job was submitted
         self.submitted_at = 0.0  # when it was submitted (time.monotonic): the time to its first token counts from it
         self._first_token = True  # the next token taken is its first (reported to the model's observer)
+        # A reader that polls (asyncio) instead of waiting in next(): called on any thread when an event may be ready.
+        self.notify: Callable[[], None] | None = None
 
     @property
     def usage(self) -> Usage:
@@ -179,6 +183,30 @@ class LlamaGeneration:
             self._submitted = True
             self.model.scheduler.submit(self)
         event = self.model.scheduler.next_event(self)
+        if isinstance(event, LlmError):
+            self._exhausted = True
+            raise event
+        if isinstance(event, StreamDone):
+            self._exhausted = True
+        else:
+            self._delivered.append(event.text)
+        return event
+
+    def watch(self, notify: Callable[[], None]) -> None:
+        """Read by polling (`poll`) instead of next(): `notify` is called, on any thread, when an event may be ready.
+        Submits the generation (this takes the model lock: call it off the event loop)."""
+        self.notify = notify
+        if not self._submitted:
+            self._submitted = True
+            self.model.scheduler.submit(self)
+
+    def poll(self) -> StreamEvent | None:
+        """The next event if one is ready (None: wait for `notify`); never steps nor waits. Raises like next()."""
+        if self._exhausted:
+            raise StopIteration
+        event = self.model.scheduler.poll_event(self)
+        if event is None:
+            return None
         if isinstance(event, LlmError):
             self._exhausted = True
             raise event

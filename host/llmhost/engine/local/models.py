@@ -27,6 +27,10 @@ SMOLLM2_FETCH = (
 
 
 def resolve_model_path(name: str, config: ModelConfig, cache_dir: Path) -> Path:
+    if config.hf_repo is not None:
+        from llmhost.engine import hub
+
+        return hub.resolve(name, config)  # the Hub's cache, else an error naming `llmhost pull`
     if config.path is not None:
         if not config.path.is_file():
             raise EngineError(f"model file {config.path} does not exist (fix `models.{name}.path` in the config)")

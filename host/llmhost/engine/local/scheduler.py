@@ -81,6 +81,7 @@ class Scheduler:
         self._bursting = False  # steps follow each other at once (planning.plan_burst); readers wait for the end
         self._stepping_for: LlamaGeneration | None = None  # whose reader runs the step under way (None: background)
         self._burst_report: dict[LlamaGeneration, None] = {}  # jobs whose tokens the burst reports at its end
+        self._notify_later: dict[LlamaGeneration, None] = {}  # polling readers a burst tells of events at its end
 
     def submit(self, job: LlamaGeneration) -> None:
         model = self.model
@@ -129,6 +130,9 @@ class Scheduler:
             self._stop = True
             for job in self._blocked:  # every reader still waiting learns that the model is closed
                 job._ready.notify()
+            for job in [*self._active, *self._waiting]:  # and so does every polling one
+                if job.notify is not None:
+                    job.notify()
             self._background_cv.notify()
         if self._thread is not None:
             self._thread.join(timeout=5)
@@ -147,6 +151,10 @@ class Scheduler:
             job.pushed += 1
             if not self._bursting or job.pushed == 1:  # a burst wakes its readers once, at its end (but a first event)
                 job._ready.notify()
+                if job.notify is not None:
+                    job.notify()
+            elif job.notify is not None:
+                self._notify_later[job] = None
             return job.reader_waits
 
     def next_event(self, job: LlamaGeneration) -> StreamEvent | LlmError:
@@ -167,18 +175,37 @@ class Scheduler:
                 job._ready.wait(self._stall_wait())
                 self._blocked.remove(job)
                 job.reader_waits = False
-            caught_up = len(job._events) >= LOOKAHEAD  # it was skipped by the steps: now it can run again
-            event = job._events.popleft()
-            if isinstance(event, StreamChunk) and job._events and isinstance(job._events[0], StreamChunk):
-                # All the text that is ready, as one chunk: a reader handles a burst's tokens in one go.
-                chunks = [event]
-                while job._events and isinstance(job._events[0], StreamChunk):
-                    chunks.append(job._events.popleft())  # type: ignore[arg-type]
-                event = merge_chunks(chunks)
-            if caught_up:
-                self._wake_stepper()
-            job._left_at = time.monotonic()
-            return event
+            return self._take(job)
+
+    def poll_event(self, job: LlamaGeneration) -> StreamEvent | LlmError | None:
+        """`job`'s next event if there is one, for a reader that polls (asyncio); it never steps (the background
+        thread does) nor waits. None: there is none yet, and the reader counts as waiting in next() until its
+        `notify` is called and it polls again."""
+        with self._mutex:
+            if job._events:
+                job.reader_waits = False
+                return self._take(job)
+            if self._stop:
+                return EngineError(f"model {self.model.name!r} was closed")
+            job.reader_waits = True
+            self._turn_cv.notify()  # a step may be waiting for this reader's turn
+            self._wake_stepper()
+            return None
+
+    def _take(self, job: LlamaGeneration) -> StreamEvent | LlmError:
+        """Pop `job`'s next event (mutex held, one there)."""
+        caught_up = len(job._events) >= LOOKAHEAD  # it was skipped by the steps: now it can run again
+        event = job._events.popleft()
+        if isinstance(event, StreamChunk) and job._events and isinstance(job._events[0], StreamChunk):
+            # All the text that is ready, as one chunk: a reader handles a burst's tokens in one go.
+            chunks = [event]
+            while job._events and isinstance(job._events[0], StreamChunk):
+                chunks.append(job._events.popleft())  # type: ignore[arg-type]
+            event = merge_chunks(chunks)
+        if caught_up:
+            self._wake_stepper()
+        job._left_at = time.monotonic()
+        return event
 
     def _idle_reader(self) -> LlamaGeneration | None:
         """A generation whose reader waits in next() with nothing to read: it runs the next step itself."""
@@ -241,7 +268,9 @@ class Scheduler:
                 if self._stepping or self._idle_reader() is not None or not self._runnable():
                     self._background_cv.wait()
                     continue
-                ready_at = max(self._last_step_end + self.reader_turn_s, self._stalled_until)
+                # Polling readers (asyncio) that are all back already need no turn.
+                back = bool(self.readers) and all(self._reader_back(job) for job in self.readers)
+                ready_at = max(self._last_step_end + (0.0 if back else self.reader_turn_s), self._stalled_until)
                 delay = ready_at - time.monotonic()
                 if delay > 0:
                     self._background_cv.wait(delay)
@@ -428,6 +457,10 @@ class Scheduler:
             for job in self._blocked:
                 if job._events:
                     job._ready.notify()
+            later, self._notify_later = list(self._notify_later), {}
+            for job in later:
+                if job.notify is not None:
+                    job.notify()
 
     def _may_lag(self, job: LlamaGeneration) -> bool:
         """Whether `job` takes a further step of a burst. A reader waiting for its events (it runs the burst, or

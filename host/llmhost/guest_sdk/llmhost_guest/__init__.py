@@ -16,10 +16,11 @@ from . import kv as kv  # key-value state (wasi:keyvalue): `from llmhost_guest i
 from . import llm, processors
 from .errors import InvalidInput, LlmError, ModelNotSupported, RuntimeError_
 from .llm import Interleaved, interleave
-from .params import DEFAULT_MODEL, Chunk, Completion, Done, TokenLogprob, Usage, defaults
+from .params import DEFAULT_CHAT_MODEL, DEFAULT_MODEL, Chunk, Completion, Done, TokenLogprob, Usage, defaults
 from .sequence import Sequence
 
 __all__ = [
+    "DEFAULT_CHAT_MODEL",
     "DEFAULT_MODEL",
     "Chunk",
     "Completion",

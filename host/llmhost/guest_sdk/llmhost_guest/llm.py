@@ -13,6 +13,7 @@ from typing import Any, Generic, Self, TypeVar
 
 from .errors import InvalidInput, call, check_text
 from .params import (
+    DEFAULT_CHAT_MODEL,
     DEFAULT_EMBEDDING_MODEL,
     DEFAULT_MODEL,
     MAX_CALL_ITEMS,
@@ -42,6 +43,7 @@ __all__ = [
     "infer",
     "list_models",
     "model_info",
+    "model_kind",
     "stream",
     "tokenize",
 ]
@@ -240,7 +242,7 @@ def _chat_params(model: str, tools: Iterable[Any], tool_choice: Any, params: Map
 
 def chat(
     messages: Iterable[Any],
-    model: str = DEFAULT_MODEL,
+    model: str = DEFAULT_CHAT_MODEL,
     *,
     tools: Iterable[Any] = (),
     tool_choice: str | Mapping[str, Any] | None = "auto",
@@ -262,7 +264,7 @@ def chat(
 
 def chat_stream(
     messages: Iterable[Any],
-    model: str = DEFAULT_MODEL,
+    model: str = DEFAULT_CHAT_MODEL,
     *,
     tools: Iterable[Any] = (),
     tool_choice: str | Mapping[str, Any] | None = "auto",
@@ -275,7 +277,7 @@ def chat_stream(
 
 def apply_chat_template(
     messages: Iterable[Any],
-    model: str = DEFAULT_MODEL,
+    model: str = DEFAULT_CHAT_MODEL,
     *,
     tools: Iterable[Any] = (),
     add_generation_prompt: bool = True,
@@ -298,6 +300,11 @@ def tokenize(text: str, model: str = DEFAULT_MODEL) -> list[int]:
 def model_info(model: str = DEFAULT_MODEL) -> Any:
     """WIT `llm.get-model-info`: `.name`, `.context_length`, `.vocab_size`."""
     return call(wit_llm().get_model_info, model)
+
+
+def model_kind(model: str = DEFAULT_MODEL) -> str:
+    """WIT `llm.get-model-kind` (0.2.4): "base", "instruct" or "embedding"."""
+    return str(call(wit_llm().get_model_kind, model).name).lower()
 
 
 def list_models() -> list[Any]:

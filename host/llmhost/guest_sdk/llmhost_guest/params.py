@@ -9,7 +9,9 @@ from typing import Any
 
 from .errors import InvalidInput, call
 
-DEFAULT_MODEL = "gemma-3-270m"
+DEFAULT_MODEL = "gemma-3-270m"  # completion (`infer`, `stream`, sequences): a pretrained (base) model
+# `chat`, `chat_stream` and `apply_chat_template`'s: the built-in instruct model (Gemma 3 270M was never tuned to chat).
+DEFAULT_CHAT_MODEL = "smollm2-135m"
 # `llm.embed`'s: the built-in sentence-embedding model (the generative models retrieve poorly).
 DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
 # What the host's wasmtime copies out of a guest in one call (the arguments of a host call, the result of an

@@ -1,0 +1,109 @@
+"""An `http-app` component as an ASGI app of its own: mount it under a path in Starlette or FastAPI, or run it with
+any ASGI server. It is `llmhost serve`'s app (serve/app.py) with one route, so it has serve's semantics: the
+deadlines, a client's disconnect cancelling its guest's generations, the body limit, streaming, and the same error
+statuses. Under a mount the guest sees the path below the mount point (the ASGI `root_path` is stripped).
+
+    app = FastAPI()
+    app.mount("/tools", component_app(host, "app.wasm", allowed_models=["gemma-3-270m"]))
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from llmhost.api import Host, HostError
+from llmhost.config import ConfigError, EnvValue, alias_map
+from llmhost.domain.limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_LOG_BYTES
+from llmhost.serve.app import Receive, Scope, Send, ServeApp
+from llmhost.serve.auth import ApiKeys
+from llmhost.serve.component import HttpComponent
+from llmhost.serve.config import ComponentConfig, Limits, _settings
+from llmhost.serve.metrics import RequestObserver
+
+ORIGIN = "component_app()"  # where limits and grants came from, as error messages name it
+
+
+class ComponentApp(ServeApp):
+    """One component served on every path of its mount; `close()` (or the ASGI lifespan's shutdown) cancels what
+    runs and stops its worker pool."""
+
+    def __init__(self, component: HttpComponent, max_concurrency: int, **options: Any) -> None:
+        executor = concurrent.futures.ThreadPoolExecutor(
+            max_concurrency, thread_name_prefix=f"llmhost-{component.name}"
+        )
+        super().__init__({component.name: component}, {"/": component.name}, executor, **options)
+        self.component = component
+        self.max_concurrency = max_concurrency
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":  # run on its own by an ASGI server (a mount gets no lifespan)
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    self.close()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        await super().__call__(scope, receive, send)
+
+    def close(self) -> None:
+        self.cancel_all("the app is shutting down")
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def component_app(
+    host: Host,
+    source: str | Path,
+    *,
+    name: str | None = None,
+    allowed_models: Iterable[str] | None = None,
+    key_value_stores: Iterable[str] = (),
+    config: Mapping[str, str | EnvValue] | None = None,
+    allowed_outbound_hosts: Iterable[str] = (),
+    env: Mapping[str, str] | None = None,
+    limits: Limits | Mapping[str, Any] | None = None,
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+    api_keys: Iterable[str] = (),
+    metrics: RequestObserver | None = None,
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+    max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
+) -> ComponentApp:
+    """Load (compiling on first use) an `http-app` component and serve it as an ASGI app.
+
+    Grants (`allowed_models`, `key_value_stores`, `config`, `allowed_outbound_hosts`, `env`) are those of
+    `[components.NAME]` in serve's config, nothing beyond the model by default; `limits` those of `[limits]`
+    (`deadline_s`, `max_duration_s`, `max_memory_mb`, `max_body_bytes`, `max_tokens`; serve's defaults otherwise).
+    At most `max_concurrency` guests run at once, each on a thread of the app's own pool (more requests wait for
+    one, within their deadline). `api_keys`: requests must carry `Authorization: Bearer KEY` with one of them (none:
+    open). `metrics`: where requests and guest failures are counted (`serve.metrics.ServeMetrics`, whose `registry`
+    is a Prometheus registry). Errors in these are `HostError`s naming the parameter.
+    """
+    path = Path(source)
+    component_name = name or path.stem or "app"
+    try:
+        resolved_limits = limits if isinstance(limits, Limits) else Limits(**dict(limits or {}))
+        component = ComponentConfig(
+            source=path,
+            allowed_models=list(allowed_models) if allowed_models is not None else None,
+            key_value_stores=tuple(key_value_stores),
+            config=dict(config or {}),
+            allowed_outbound_hosts=tuple(allowed_outbound_hosts),
+            env=dict(env or {}),
+        )
+        settings = _settings(component_name, component, resolved_limits, ORIGIN, alias_map(host.config.models))
+    except (ValueError, ConfigError) as error:
+        raise HostError(f"{ORIGIN}: {error}") from None
+    if max_concurrency < 1:
+        raise HostError(f"{ORIGIN}: max_concurrency must be at least 1, got {max_concurrency}")
+    return ComponentApp(
+        HttpComponent(host, settings),
+        max_concurrency,
+        body_timeout_s=body_timeout_s,
+        max_log_bytes=max_log_bytes,
+        api_keys=ApiKeys(api_keys),
+        observer=metrics,
+    )

@@ -1,0 +1,46 @@
+"""`llmhost models`' table: one row per configured model, from the config and each GGUF's header (engine.kinds)."""
+
+from __future__ import annotations
+
+from llmhost.config import HostConfig
+from llmhost.engine.kinds import FileFacts, file_facts
+
+HEADER = ("NAME", "KIND", "CONTEXT", "SIZE", "QUANT", "TEMPLATE", "ALIASES", "SOURCE")
+
+
+def _size(size: int | None) -> str:
+    if size is None:
+        return "-"
+    return f"{size / 1e9:.1f}GB" if size >= 1e9 else f"{size / 1e6:.0f}MB"
+
+
+def _template(facts: FileFacts) -> str:
+    return "-" if facts.chat_template is None else ("yes" if facts.chat_template else "no")
+
+
+def model_rows(config: HostConfig) -> list[str]:
+    """The table's lines, header first; SOURCE last (a path may hold spaces)."""
+    from llmhost.engine.hub import model_file  # an `hf-repo` model's cached file, if any
+
+    rows = [HEADER]
+    for name, model in config.models.items():
+        facts = file_facts(name, model, model_file(model))
+        source = "(built-in)" if facts.source == "built-in" else facts.source
+        if model.hf_repo is not None:
+            source = f"hf:{model.hf_repo}" + ("" if facts.size is not None else " (not pulled)")
+        rows.append(
+            (
+                name,
+                facts.kind.value,
+                str(model.context_length),
+                _size(facts.size),
+                facts.quantization or "-",
+                _template(facts),
+                ",".join(model.aliases) or "-",
+                source,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER) - 1)]
+    return [
+        "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]]) for row in rows
+    ]

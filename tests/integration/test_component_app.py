@@ -1,0 +1,126 @@
+"""`llmhost.asgi.component_app` (issue 58): serve's ASGI app for one component, mounted under a path in a Starlette
+app under uvicorn, on the fake engine: the guest sees the path below the mount, and serve's semantics hold there
+(API keys, the body limit, the deadline, a disconnect cancelling the guest, the metrics); and `AsyncHost` on the fake
+engine (whose generations are read on the pool: only a local model's are polled)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Mount, Route
+
+from llmhost import AsyncHost, FakeEngineConfig, Host, HostConfig, HostError, InferencingParams, InvalidInput
+from llmhost import component_app as make_app
+from llmhost.asgi import ComponentApp
+from llmhost.serve.metrics import ServeMetrics
+
+pytestmark = pytest.mark.wasm
+MODEL = "gemma-3-270m"
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory, llmhost_cache_dir: Path) -> Iterator[Host]:
+    config = HostConfig(engine=FakeEngineConfig(script="Hello from the fake engine."), cache_dir=llmhost_cache_dir)
+    with Host(config) as running:
+        yield running
+
+
+@contextlib.asynccontextmanager
+async def served(app: Any) -> AsyncIterator[httpx.AsyncClient]:
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            yield client
+    finally:
+        server.should_exit = True
+        await task
+
+
+def mounted(component: ComponentApp) -> Starlette:
+    async def native(request: Any) -> PlainTextResponse:
+        return PlainTextResponse("native")
+
+    return Starlette(routes=[Route("/native", native), Mount("/probe", app=component)])
+
+
+def test_mounted_component_sees_the_path_below_the_mount(host: Host, http_wasm: dict[str, Path]) -> None:
+    metrics = ServeMetrics(["http_probe"], [MODEL])
+    component = make_app(host, http_wasm["http_probe"], api_keys=["sk-1"], metrics=metrics)
+    auth = {"authorization": "Bearer sk-1"}
+
+    async def run() -> None:
+        async with served(mounted(component)) as client:
+            assert (await client.get("/native")).text == "native"
+            echo = await client.get("/probe/echo?x=1", headers=auth)
+            assert echo.status_code == 200 and json.loads(echo.text)["path"] == "/echo?x=1"
+            assert (await client.get("/probe/echo")).status_code == 401  # the API key, as serve's
+            assert (await client.get("/probe/nothing", headers=auth)).status_code == 404  # the guest's own 404
+            inferred = await client.get(
+                "/probe/infer", params={"model": MODEL, "prompt": "Hi", "max_tokens": 5}, headers=auth
+            )
+            expected = host.infer(MODEL, "Hi", InferencingParams(max_tokens=5)).text
+            assert json.loads(inferred.text)["ok"]["text"] == expected
+
+    asyncio.run(run())
+    component.close()
+    sample = metrics.registry.get_sample_value
+    assert sample("llmhost_requests_total", {"component": "http_probe", "status": "200"}) == 2
+    assert sample("llmhost_requests_total", {"component": "http_probe", "status": "401"}) == 1
+    assert sample("llmhost_requests_total", {"component": "http_probe", "status": "404"}) == 1
+
+
+def test_limits_apply_under_the_mount(host: Host, http_wasm: dict[str, Path]) -> None:
+    limits = {"max_body_bytes": 16, "deadline_s": 1.0}
+    component = make_app(host, http_wasm["http_probe"], limits=limits, max_concurrency=2)
+
+    async def run() -> None:
+        async with served(mounted(component)) as client:
+            big = await client.post("/probe/echo", content=b"x" * 17)
+            assert big.status_code == 413 and "`limits.max-body-bytes` in component_app()" in big.text
+            late = await client.get("/probe/loop")
+            assert late.status_code == 504 and "deadline of 1.0 s" in late.text
+            assert (await client.post("/probe/echo", content=b"x" * 16)).status_code == 200
+
+    asyncio.run(run())
+    component.close()
+
+
+def test_bad_options_are_host_errors_naming_them(host: Host, http_wasm: dict[str, Path]) -> None:
+    with pytest.raises(HostError, match="deadline_s"):
+        make_app(host, http_wasm["http_probe"], limits={"deadline_s": 0})
+    with pytest.raises(HostError, match="max_concurrency"):
+        make_app(host, http_wasm["http_probe"], max_concurrency=0)
+    with pytest.raises(HostError, match="allowed-outbound-hosts|allowed_outbound_hosts"):
+        make_app(host, http_wasm["http_probe"], allowed_outbound_hosts=["not a url"])
+
+
+def test_async_host_on_a_pooled_engine_gives_the_sync_results(host: Host) -> None:
+    async def run() -> None:
+        async with AsyncHost(host, max_threads=2) as aio:
+            assert await aio.infer(MODEL, "Hi") == host.infer(MODEL, "Hi")
+            messages = [{"role": "user", "content": "Hi"}]
+            assert await aio.chat(MODEL, messages) == host.chat(MODEL, messages)
+            assert await aio.apply_chat_template(MODEL, messages) == host.apply_chat_template(MODEL, messages)
+            assert await aio.tokenize(MODEL, "Hi") == host.tokenize(MODEL, "Hi")
+            with pytest.raises(InvalidInput):  # input errors come with the await that starts it
+                await aio.infer_stream(MODEL, "\ud800")
+            stream = await aio.infer_stream(MODEL, "Hi")
+            first = await stream.__anext__()
+            await stream.aclose()
+            assert first.text and [e async for e in stream] == []
+
+    asyncio.run(run())
