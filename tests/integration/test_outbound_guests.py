@@ -396,3 +396,26 @@ def test_serve_a_client_that_leaves_stops_its_guests_outbound_request(served: Se
     assert wait_for(lambda: len(server.hung_up) > before, GENEROUS_S)
     assert server.hung_up[-1] - left < 2.0, "the outbound request outlived its client"
     assert serve_fetch(served, url=server.url("/hello"))["ok"]["text"] == "hello"
+
+
+def test_serve_keeps_no_cookie_and_no_connection_between_components(
+    wasm: dict[str, Path], server: TestServer, tmp_path: Path, llmhost_cache_dir: Path
+) -> None:
+    # README, "Outbound HTTP": no cookies are kept, and each component has its own connections. Two components of
+    # one server, both granted the upstream: what answers one with `set-cookie` reaches neither's later requests,
+    # and a 304 that wrongly carries a body (garbage on its connection) breaks nothing for the other.
+    config = tmp_path / "serve.toml"
+    grant = f'allowed-outbound-hosts = ["http://127.0.0.1:{server.port}"]'
+    config.write_text(
+        f'[engine]\nkind = "fake"\n\n[components.a]\nsource = "{wasm["outbound_app"]}"\n{grant}\n\n'
+        f'[components.b]\nsource = "{wasm["outbound_app"]}"\n{grant}\n\n[routes]\n"/a" = "a"\n"/b" = "b"\n'
+    )
+    with serving_llmhost(["-c", str(config)], llmhost_cache_dir) as running:
+        assert serve_fetch(running, "/a", url=server.url("/set-cookie"))["ok"]["status"] == 200
+        for prefix in ("/a", "/b"):
+            echoed = json.loads(serve_fetch(running, prefix, url=server.url("/echo"))["ok"]["text"])
+            assert "cookie" not in dict(echoed["headers"]), echoed
+        assert serve_fetch(running, "/a", url=server.url("/hello"))["ok"]["status"] == 200  # a's connection, kept
+        serve_fetch(running, "/a", url=server.url("/bad304"))  # leaves garbage on a's connection only
+        assert serve_fetch(running, "/b", url=server.url("/hello"))["ok"]["text"] == "hello"
+        assert running.stop() == 0
