@@ -24,6 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+from sections import replace_section  # noqa: E402
+
 from llmhost import AsyncHost, Host, HostConfig, InferencingParams, StreamChunk  # noqa: E402
 from llmhost.config import ModelConfig  # noqa: E402
 from llmhost.domain.types import LogitBias  # noqa: E402
@@ -147,13 +149,7 @@ def run(cache_dir: Path, threads: int = 2) -> list[str]:
 def main() -> int:
     lines = run(HostConfig().cache_dir)
     print("\n".join(lines))
-    out = ROOT / "docs" / "benchmarks.md"
-    text = out.read_text() if out.is_file() else "# Benchmarks\n\n"
-    before, found, after = text.partition(HEADING)
-    rest = after.split("\n## ", 1)[1] if found and "\n## " in after else ""
-    if not found:
-        before, rest = text, ""
-    out.write_text(before.rstrip("\n") + "\n\n" + "\n".join(lines) + ("\n## " + rest if rest else "\n"))
+    replace_section(HEADING, lines)
     return 0
 
 

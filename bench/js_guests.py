@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from bare import PROMPT, TOKENS, Bare, model_path
+from sections import replace_section
 
 from llmhost import Host, HostConfig
 from llmhost.config import ModelConfig
@@ -136,13 +137,7 @@ def run(cache_dir: Path, threads: int) -> list[str]:
 def main() -> int:
     lines = run(HostConfig().cache_dir, 2)
     print("\n".join(lines))
-    out = ROOT / "docs" / "benchmarks.md"
-    text = out.read_text() if out.is_file() else "# Benchmarks\n\n"
-    before, found, after = text.partition(HEADING)
-    rest = after.split("\n## ", 1)[1] if found and "\n## " in after else ""
-    if not found:
-        before, rest = text, ""
-    out.write_text(before.rstrip("\n") + "\n\n" + "\n".join(lines) + ("\n## " + rest if rest else "\n"))
+    replace_section(HEADING, lines)
     return 0
 
 

@@ -30,6 +30,8 @@ from urllib.parse import quote
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from sections import replace_section  # noqa: E402
+
 from llmhost import FakeEngineConfig, Host, HostConfig  # noqa: E402
 from llmhost.grants.transfers import default_transfer_memory_mb  # noqa: E402
 from llmhost.toolchains import build_component  # noqa: E402
@@ -131,7 +133,7 @@ def peak_above_idle(app: Path, port: int, n: int, cache_dir: Path, work: Path) -
 
 
 def _outcome(status: int, body: bytes) -> str:
-    """"whole", or what came back instead: the guest's error kind, or the HTTP status."""
+    """ "whole", or what came back instead: the guest's error kind, or the HTTP status."""
     if status != 200:
         return f"HTTP {status}"
     answer = json.loads(body)
@@ -197,13 +199,7 @@ def run(cache_dir: Path) -> list[str]:
 def main() -> int:
     lines = run(HostConfig().cache_dir)
     print("\n".join(lines))
-    out = ROOT / "docs" / "benchmarks.md"
-    text = out.read_text() if out.is_file() else "# Benchmarks\n\n"
-    before, found, after = text.partition(HEADING)
-    rest = after.split("\n## ", 1)[1] if found and "\n## " in after else ""
-    if not found:
-        before, rest = text, ""
-    out.write_text(before.rstrip("\n") + "\n\n" + "\n".join(lines) + ("\n## " + rest if rest else "\n"))
+    replace_section(HEADING, lines)
     return 0
 
 
