@@ -139,7 +139,6 @@ class AsyncChatStream:
 
     def __init__(self, chat: ChatStream, events: AsyncGeneration) -> None:
         self.chat = chat  # the sync stream the events are fed to
-        self._chat = chat
         self._events = events
         self._queue: list[ChatEvent] = []
 
@@ -148,15 +147,15 @@ class AsyncChatStream:
 
     async def __anext__(self) -> ChatEvent:
         while not self._queue:
-            if self._chat.done:
+            if self.chat.done:
                 raise StopAsyncIteration
-            self._chat.feed(await self._events.__anext__())
-            self._queue.extend(self._chat.take())
+            self.chat.feed(await self._events.__anext__())
+            self._queue.extend(self.chat.take())
         return self._queue.pop(0)
 
     @property
     def logprobs(self) -> list[TokenLogprob]:
-        return self._chat.logprobs
+        return self.chat.logprobs
 
     async def aclose(self) -> None:
         await self._events.aclose()
