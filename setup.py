@@ -11,7 +11,8 @@ setup(
     packages=[*find_packages("host", include=["llmhost", "llmhost.*"]), "llmhost.wit", "llmhost.examples"],
     package_dir={"": "host", "llmhost.wit": "wit", "llmhost.examples": "guest-examples"},
     package_data={
-        "llmhost": ["py.typed", "guest_sdk/llmhost_guest/*.py"],
+        # The guest SDKs: Python (llmhost_guest) and JavaScript (its modules, index.d.ts and package.json).
+        "llmhost": ["py.typed", "guest_sdk/llmhost_guest/*.py", "guest_sdk_js/llmhost/*"],
         "llmhost.wit": ["*.wit", "0.1.0/*.wit", "0.2.0/*.wit", "0.2.1/*.wit", "0.2.2/*.wit", "deps/*/*.wit"],
         # The guest examples are also `llmhost new`'s templates (llmhost/templates).
         # app.py and its modules; app.js and package.json (the JavaScript examples)
@@ -19,7 +20,7 @@ setup(
             "*/*.py",
             "*/README.md",
             "*/pyproject.toml",
-            "*/llmhost.toml",  # an example's grants (agent, rag, counter)
+            "*/llmhost.toml",  # an example's grants (agent, rag, counter, chat, rag-http and the JavaScript apps)
             "*/*.js",
             "*/package.json",
             "*/wit/*.wit",

@@ -29,6 +29,7 @@ from llmhost.runtime.components import create_wasmtime_engine
 from llmhost.toolchains.python import build_component
 
 LLMHOST = str(Path(sys.executable).with_name("llmhost"))
+RELOADED = r"reloaded app in [\d.]+ s \(built ([\d.]+) s, compiled ([\d.]+) s\)"  # serve --watch's log line
 LOOP_GUEST = """\
 import json
 import time
@@ -135,6 +136,8 @@ def run(cache_dir: Path) -> list[str]:
         f"python-dateutil, pyyaml, humanize, a local package; installed once, then no pip and no network): "
         f"{deps_s:.1f} s, against {plain_s:.1f} s for the same app without dependencies | "
         f"**+{deps_s - plain_s:.1f} s** | ≤ +5 s |",
+        *watch_rows(cache_dir),
+        *warm_model_rows(cache_dir),
     ]
 
 
@@ -190,7 +193,104 @@ def _run_loop(host: Host, engine: object, component: Component, wasm: Path) -> f
     from llmhost.interfaces.linker import build_linker
     from llmhost.runtime.components import LoadedComponent
 
-    linker = build_linker(engine, component, host._llm, host.limits)  # type: ignore[arg-type]
+    linker = build_linker(
+        engine,  # type: ignore[arg-type]
+        component,
+        host._llm,
+        host.limits,
+        grants=host.grants(),
+        services=host.grant_services,
+    )
     app = App(host, wasm, LoadedComponent(component, wasm, False, engine), linker, engine)  # type: ignore[arg-type]
     done = app.run_captured(["300000"])
     return float(json.loads(done.stdout.decode().strip().splitlines()[-1])["seconds"])
+
+
+def warm_model_rows(cache_dir: Path) -> list[str]:
+    """A warm model for `llmhost run` (README): time to the first generated token of the `stream` guest (it prints
+    each chunk as it arrives) with `llmhost run` loading its model, against a second `llmhost run --connect URL`
+    whose model is an `llmhost serve` of guest-examples/openai-compat's (warmed by a first run). Median of 3 each,
+    the compiled component cached for both."""
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "tests"))
+    from serve_driver import serving
+
+    env = {k: v for k, v in os.environ.items() if k not in ("LLMHOST_CONFIG", "LLMHOST_CONNECT")}
+    env.update(LLMHOST_CACHE_DIR=str(cache_dir))
+    with tempfile.TemporaryDirectory(prefix="llmhost-warm-") as tmp:
+        work = Path(tmp)
+        stream = build_component(root / "guest-examples" / "stream", work / "stream.wasm", cache_dir=cache_dir)
+        app = build_component(
+            root / "guest-examples" / "openai-compat", work / "openai.wasm", "http-app", cache_dir=cache_dir
+        )
+        local = [LLMHOST, "run", str(stream)]
+        _time_to_first_output(local, env, work)  # compiles the component (both kinds of run load it cached)
+        _wait_for_background_compiles(cache_dir)
+        cold = [_time_to_first_output(local, env, work) for _ in range(3)]
+        with serving([str(app)], cache_dir) as server:
+            connected = [LLMHOST, "run", "--connect", server.url, str(stream)]
+            first = _time_to_first_output(connected, env, work)  # the server loads its model here
+            warm = [_time_to_first_output(connected, env, work) for _ in range(3)]
+    model = "gemma-3-270m"  # the stream guest's
+    return [
+        f"| {model} | `llmhost run APP.wasm` of guest-examples/stream (compiled code cached) → its first generated "
+        f"token, the model loaded in the process (median of 3) | {statistics.median(cold):.2f} s | |",
+        f"| {model} | the same with `llmhost run --connect URL`, the model warm in an `llmhost serve` of "
+        f"openai-compat (median of 3 after the first such run, which loaded it there: {first:.2f} s) | "
+        f"**{statistics.median(warm):.2f} s** | < 2 s |",
+    ]
+
+
+def watch_rows(cache_dir: Path, edits: int = 3) -> list[str]:
+    """`serve --watch` (README, "The developer loop"): from saving an edit of a Python guest's app.py to the new
+    component answering, through a real `llmhost serve -c llmhost.toml --watch` (tests/guests/watch_py, `source =
+    "."`, fast-first), polled every 50 ms; each edit is new source, so each is a real build and compile. Median of
+    `edits`, each alone (background Cranelift compiles finished first)."""
+    import shutil
+    import urllib.request
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "tests"))
+    from serve_driver import serving
+
+    with tempfile.TemporaryDirectory(prefix="llmhost-watch-") as tmp:
+        app = Path(tmp) / "app"
+        shutil.copytree(root / "tests" / "guests" / "watch_py", app, ignore=shutil.ignore_patterns("__pycache__"))
+        original = (app / "app.py").read_text()
+        (app / "app.py").write_text(original + f"# {time.time_ns()}\n")
+        (app / "llmhost.toml").write_text(
+            'data-dir = "../data"\ncompile-strategy = "fast-first"\n[components.app]\nsource = "."\n'
+            'key-value-stores = ["default"]\n[routes]\n"/" = "app"\n'
+        )
+        times, reloads = [], []
+        with serving(["-c", str(app / "llmhost.toml"), "--watch"], cache_dir) as server:
+            server.wait_for_line(r"watching .* for changes", 60)
+            for i in range(edits):
+                _wait_for_background_compiles(cache_dir)
+                version = f"edit{i}-{time.time_ns()}"
+                mark = len(server.lines)
+                (app / "app.py").write_text(original.replace('VERSION = "v1"', f'VERSION = "{version}"'))
+                saved = time.perf_counter()
+                while True:
+                    with urllib.request.urlopen(server.url + "/count", timeout=30) as response:  # noqa: S310
+                        if json.loads(response.read())["version"] == version:
+                            break
+                    time.sleep(0.05)
+                times.append(time.perf_counter() - saved)
+                line = server.wait_for_line(RELOADED, 5, mark)
+                reloads.append((float(line.group(1)), float(line.group(2))))
+            _wait_for_background_compiles(cache_dir)
+    built = statistics.median(b for b, _ in reloads)
+    compiled = statistics.median(c for _, c in reloads)
+    return [
+        f"| none | `serve --watch`: save to new component answering (a Python guest's app.py edited under `llmhost "
+        f"serve -c llmhost.toml --watch`, same server process; build {built:.1f} s + Winch compile {compiled:.1f} s, "
+        f"medians of {edits}) | **{statistics.median(times):.1f} s** | < 20 s |",
+    ]
+
+
+if __name__ == "__main__":  # python bench/devloop.py watch: the `serve --watch` row alone (it loads no model)
+    from llmhost.config import default_cache_dir
+
+    if sys.argv[1:] == ["watch"]:
+        print("\n".join(watch_rows(default_cache_dir())))

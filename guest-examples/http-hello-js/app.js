@@ -1,6 +1,7 @@
 // http-hello-js: an `http-app` guest in JavaScript. `GET /?prompt=...` streams the model's completion as plain
-// text, one chunk per piece the host generates, then a line with the finish reason.
-import { inferStream } from "llmhost:llm/llm@0.2.3";
+// text, one chunk per piece the host generates, then a line with the finish reason. `llmhost` is the JavaScript
+// SDK, bundled in by the build (docs/js-sdk.md).
+import { http, llm, LlmError } from "llmhost";
 
 const MODEL = "gemma-3-270m";
 const encoder = new TextEncoder();
@@ -10,39 +11,26 @@ function promptOf(pathWithQuery) {
   return new URLSearchParams(query).get("prompt") ?? "The capital of France is";
 }
 
-function reply(status, text) {
-  return { status, headers: [["content-type", "text/plain; charset=utf-8"]], body: encoder.encode(text) };
-}
-
 export const handler = {
   handle(request, writer) {
-    // greedy: the same answer every time; at most 16 tokens, cut at the first newline
-    const params = {
-      maxTokens: 16, repeatPenalty: 1.0, repeatPenaltyLastNTokenCount: 0, stop: ["\n"], temperature: 0.0,
-      topK: 40, topP: 0.9, seed: undefined, constraint: undefined, logprobs: undefined,
-      frequencyPenalty: 0.0, presencePenalty: 0.0, logitBias: [],
-    };
     let stream;
     try {
-      stream = inferStream(MODEL, promptOf(request.pathWithQuery), params);
+      // greedy: the same answer every time; at most 16 tokens, cut at the first newline
+      const options = { model: MODEL, maxTokens: 16, stop: "\n", temperature: 0, repeatPenalty: 1.0 };
+      stream = llm.inferStream(promptOf(request.pathWithQuery), options);
     } catch (error) {
-      const { tag, val } = error.payload ?? { tag: "error", val: String(error) };
-      return reply(400, `${tag}: ${val ?? ""}\n`);
+      if (!(error instanceof LlmError)) throw error;
+      return http.respond(writer, 400, [["content-type", "text/plain; charset=utf-8"]], `${error.kind}: ${error.message}\n`);
     }
     writer.start(200, [["content-type", "text/plain; charset=utf-8"]]);
     try {
-      for (let event = stream.next(); event !== undefined; event = stream.next()) {
-        if (event.tag === "chunk") {
-          writer.write(encoder.encode(event.val.text));
-        } else {
-          writer.write(encoder.encode(`\nfinish-reason: ${event.val.finishReason}\n`));
-        }
-      }
+      for (const chunk of stream) writer.write(encoder.encode(chunk.text));
+      writer.write(encoder.encode(`\nfinish-reason: ${stream.done.finishReason}\n`));
     } catch (error) {
       // A host error mid-stream, or the client left (the writer refuses): end the response here.
-      const { tag, val } = error.payload ?? { tag: "error", val: String(error) };
+      const text = error instanceof LlmError ? `${error.kind}: ${error.message}` : String(error.payload?.val ?? error);
       try {
-        writer.write(encoder.encode(`\nerror: ${tag}: ${val ?? ""}\n`));
+        writer.write(encoder.encode(`\nerror: ${text}\n`));
       } catch {}
     }
     return { status: 200, headers: [], body: new Uint8Array() };

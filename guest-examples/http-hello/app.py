@@ -1,6 +1,6 @@
 """http-hello: the smallest `http-app` guest. `GET /?prompt=...` answers with the model's completion as JSON.
 
-llmhost serve guest-examples/http-hello --listen 127.0.0.1:8080
+llmhost serve . --listen 127.0.0.1:8080    # in this directory
 curl -s 'http://127.0.0.1:8080/?prompt=The%20capital%20of%20France%20is'
 """
 

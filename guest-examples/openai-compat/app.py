@@ -34,7 +34,15 @@ from llmhost_guest import (
 )
 from llmhost_guest import http as web
 from responses import handle_responses, responses_request
-from validate import BadRequest, chat_request, check_unicode, completion_request, embedding_request, model_not_found
+from validate import (
+    BadRequest,
+    chat_request,
+    check_unicode,
+    completion_request,
+    embedding_request,
+    model_not_found,
+    tokenize_request,
+)
 from wit_world import exports
 from wit_world.imports import http
 
@@ -369,6 +377,12 @@ def handle_embeddings(req, writer):
     return json_response(200, {"object": "list", "data": data, "model": req.model, "usage": usage})
 
 
+def handle_tokenize(req, writer):
+    # The beginning-of-sequence token included, as a prompt is counted: `llmhost run --connect` counts its prompts
+    # here instead of loading the model's vocabulary itself.
+    return json_response(200, {"model": req.model, "tokens": list(llm.tokenize(req.prompt, req.model))})
+
+
 def model_kind(name):
     """ "base", "instruct" or "embedding" (the host's `get-model-kind`); None when the host cannot say."""
     try:
@@ -427,6 +441,7 @@ POST_ROUTES = {
     "/v1/chat/completions": (chat_request, handle_chat, "messages"),
     "/v1/completions": (completion_request, handle_completions, "prompt"),
     "/v1/embeddings": (embedding_request, handle_embeddings, "input"),
+    "/v1/tokenize": (tokenize_request, handle_tokenize, "prompt"),
     "/v1/responses": (responses_request, lambda req, writer: handle_responses(req, writer, json_response), "input"),
 }
 

@@ -309,6 +309,10 @@ SAMPLING = {
     "temperature": number(0, 2, 1.0),
     "top_p": number(0, 1, 1.0, float, low_open=True),
     "top_k": number(0, None, 0, int),  # an extension (llama.cpp's, vLLM's)
+    # Extensions (llama.cpp's server's names): the host's multiplicative repeat penalty and the window of recent
+    # tokens every penalty looks at. `llmhost run --connect` sends them, so its runs equal local ones.
+    "repeat_penalty": number(0, None, 1.0, low_open=True),
+    "repeat_last_n": number(0, 2**32 - 1, None, int),
     "n": number(1, MAX_N, 1, int),
     "seed": number(-(2**63), 2**64 - 1, None, int),
     "stop": stop,
@@ -363,11 +367,12 @@ def parse(body, fields):
 
 
 def sampling_params(req, logprobs, **structured):
-    penalised = req.frequency_penalty != 0 or req.presence_penalty != 0
+    penalised = req.frequency_penalty != 0 or req.presence_penalty != 0 or req.repeat_penalty != 1.0
+    window = req.repeat_last_n if req.repeat_last_n is not None else PENALTY_WINDOW if penalised else 0
     req.params = {
         **{name: getattr(req, name) for name in PARAMS},
-        "repeat_penalty": 1.0,  # OpenAI has no multiplicative repeat penalty
-        "repeat_penalty_last_n_token_count": PENALTY_WINDOW if penalised else 0,
+        "repeat_penalty": req.repeat_penalty,  # 1.0 unless asked for: OpenAI has no multiplicative repeat penalty
+        "repeat_penalty_last_n_token_count": window,
         "logprobs": logprobs,
         **structured,
     }
@@ -396,6 +401,11 @@ def completion_request(body):
     if len(req.prompt) * req.n > MAX_N:
         raise BadRequest(f"at most {MAX_N} choices per request (prompts × n)", "n")
     return sampling_params(req, req.logprobs)
+
+
+def tokenize_request(body):
+    """POST /v1/tokenize (an extension): `prompt`'s token ids as the host's `tokenize` gives them."""
+    return parse(body, {"model": model, "prompt": string})
 
 
 def embedding_request(body):

@@ -11,7 +11,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -28,6 +28,7 @@ EXPECTED_ERRORS = {
     "llmhost.domain.errors": ("LlmError",),
     "llmhost.api": ("HostError",),
     "llmhost.toolchains.errors": ("BuildError",),
+    "llmhost.toolchains.templates": ("TemplateError",),
 }
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -142,15 +143,35 @@ def pull_option() -> Callable[[F], F]:
     )
 
 
+def watch_option(what: str) -> Callable[[F], F]:
+    """`--watch` of serve and mcp."""
+    return click.option(
+        "--watch",
+        is_flag=True,
+        help=f"Rebuild a component built from a guest directory when its sources change, and swap it in: {what}. "
+        "Models stay loaded; a failed build is logged and the previous version keeps serving.",
+    )
+
+
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.argument("app", type=click.Path(exists=True, path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @pull_option()
+@click.option(
+    "--connect",
+    metavar="URL",
+    envvar="LLMHOST_CONNECT",
+    show_envvar=True,
+    help="Use the models of a running `llmhost serve` of an OpenAI-compatible app (guest-examples/openai-compat) "
+    "at URL, warm, instead of loading them here. Sequence scores, beam search, logprobs and constraints are then "
+    "`invalid-input` (README: A warm model for `llmhost run`).",
+)
 @click.pass_obj
 @reports_errors
-def run(settings: Settings, app: Path, args: tuple[str, ...], pull: bool) -> None:
+def run(settings: Settings, app: Path, args: tuple[str, ...], pull: bool, connect: str | None) -> None:
     """Run APP.wasm's `run` export with ARGS and exit with its status. APP may be a guest directory: it is built
-    first when its sources changed (the build is cached by content).
+    first when its sources changed (the build is cached by content), and its llmhost.toml, if any, is the host
+    config unless -c names one.
 
     Put `--` before ARGS that start with a dash: llmhost run app.wasm -- --verbose
     """
@@ -160,19 +181,34 @@ def run(settings: Settings, app: Path, args: tuple[str, ...], pull: bool) -> Non
     guest_args = list(args)
     if guest_args[:1] == ["--"]:  # click keeps the separator once positional parsing has begun
         guest_args = guest_args[1:]
+    if app.is_dir() and settings.config_path is None and (app / "llmhost.toml").is_file():
+        # A guest directory that carries its config (its grants: the `agent` template's) runs with it, unless
+        # -c / LLMHOST_CONFIG names another.
+        settings = replace(settings, config_path=app / "llmhost.toml")
+    if pull and connect is not None:
+        raise click.UsageError("--pull downloads models to load here; with --connect the server's models are used")
     if pull:
         from llmhost.engine.hub_pull import pull_models
 
         pull_models(settings.config().models, _log_note)
     if app.is_dir():
         app = _build_for_run(settings, app, "command")
-    with settings.host() as host:
+    with settings.host() if connect is None else _connected_host(settings, connect) as host:
         exit_code = host.load(app).run(guest_args)
     sys.exit(exit_code)
 
 
+def _connected_host(settings: Settings, url: str) -> Host:
+    """`run --connect URL`: a host whose models are exactly the server's (engine/remote/connect.py), so that none
+    loads in this process."""
+    from llmhost.api import Host
+    from llmhost.engine.remote.connect import lent_models
+
+    return Host(lent_models(settings.config(), url), note=_note)
+
+
 def _build_for_run(settings: Settings, app_dir: Path, world: str | None) -> Path:
-    """`llmhost run DIR` / `serve DIR` / `mcp DIR`: build when the sources changed, into the cache, and return the
+    """`llmhost run DIR`: build when the sources changed, into the cache, and return the
     component. `world`: the one the command serves (None: `mcp`, whose guests declare their own)."""
     from llmhost.toolchains import build_component, detect_world
 
@@ -208,7 +244,7 @@ def _build_for_run(settings: Settings, app_dir: Path, world: str | None) -> Path
 @click.option(
     "--upgrade",
     is_flag=True,
-    help="Resolve the guest's [project] dependencies again (else the cached install of the same requirements).",
+    help="Resolve the guest's [project] dependencies again and rewrite its pylock.toml (else the locked versions).",
 )
 @click.pass_obj
 @reports_errors
@@ -254,29 +290,48 @@ def wit(output: Path) -> None:
     click.echo(str(write_wit(output)))
 
 
-@cli.command()
+class OneLineErrors(click.Command):
+    """A command whose usage errors (a missing argument, an unknown option) are one line, like its other errors."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as error:
+            raise OneLineUsageError(error.format_message(), ctx) from None
+
+
+class OneLineUsageError(click.UsageError):
+    def show(self, file: Any = None) -> None:
+        click.echo(f"llmhost: error: {self.format_message()} (see `llmhost {self.cmd_name} --help`)", err=True)
+
+    @property
+    def cmd_name(self) -> str:
+        return self.ctx.info_name if self.ctx is not None and self.ctx.info_name else "COMMAND"
+
+
+@cli.command(cls=OneLineErrors)
 @click.argument("name")
 @click.option(
     "--template",
     "-t",
-    type=click.Choice(["command", "http-app", "openai-compat", "chat", "mcp-tool", "agent"]),
     default="command",
     show_default=True,
-    help="command: a program for `llmhost run`; http-app: an HTTP handler for `llmhost serve`; openai-compat: an "
-    "OpenAI-compatible API; chat: a streaming chat page; mcp-tool: functions served as MCP tools by `llmhost mcp` "
-    "(its own WIT world in wit/); agent: a chat whose tools are HTTP APIs (granted in its llmhost.toml).",
+    help="command: a program for `llmhost run`; http-app: an HTTP handler for `llmhost serve`; chat: a chat page "
+    "whose conversations are kept in key-value, streamed; rag: questions answered from passages it indexes (embedded, "
+    "kept in key-value), with its sources; agent: a chat whose tools are HTTP APIs; openai-compat: an "
+    "OpenAI-compatible API; mcp-tool: functions served as MCP tools by `llmhost mcp` (its own WIT world in wit/). "
+    "Those needing grants carry them in their llmhost.toml.",
 )
 @click.option(
     "--lang",
-    type=click.Choice(["python", "js"]),
     default="python",
     show_default=True,
-    help="python: app.py (componentize-py); js: app.js, an ES module (componentize-js; templates command, http-app).",
+    help="python: app.py (componentize-py); js: app.js, an ES module (componentize-js; not every template yet).",
 )
 @reports_errors
 def new(name: str, template: str, lang: str) -> None:
     """Create guest directory NAME from a template: app.py (or app.js), the world it targets and a README with the
-    commands to build and run it."""
+    commands to build and run it. Every error is one line, with exit status 2."""
     from llmhost.toolchains.templates import create
 
     created = create(Path(name), template, lang)
@@ -289,10 +344,17 @@ def new(name: str, template: str, lang: str) -> None:
 @listen_option("HOST:PORT to listen on (port 0: any free port) [default: the config's `listen`, else 127.0.0.1:8080].")
 @log_level_option("info logs one line per request: method, path, status, duration, tokens.")
 @pull_option()
+@watch_option("requests in flight finish on the old version, new ones get the new one")
 @click.pass_obj
 @reports_errors
 def serve(
-    settings: Settings, app: Path | None, config_path: Path | None, listen: str | None, log_level: str, pull: bool
+    settings: Settings,
+    app: Path | None,
+    config_path: Path | None,
+    listen: str | None,
+    log_level: str,
+    pull: bool,
+    watch: bool,
 ) -> None:
     """Serve APP.wasm (an `http-app` component) on every path, or the app a config describes. APP may be a guest
     directory: it is built first when its sources changed.
@@ -305,10 +367,9 @@ def serve(
     if app is None and config_path is None and settings.config_path is None:
         raise click.UsageError("give APP.wasm, or an app config with -c/--config")
     _pull_for(settings, config_path, pull)
-    if app is not None and app.is_dir():
-        app = _build_for_run(settings, app, "http-app")
-    serve_settings = settings_for(config_path or settings.config_path, app, listen, settings.cache_dir)
-    sys.exit(run(serve_settings, log_level))
+    path = config_path or settings.config_path
+    serve_settings = settings_for(path, app, listen, settings.cache_dir, note=_note)
+    sys.exit(run(serve_settings, log_level, watch))
 
 
 @cli.command()
@@ -317,10 +378,17 @@ def serve(
 @listen_option("Serve Streamable HTTP on HOST:PORT at /mcp (port 0: any free port) instead of stdio.")
 @log_level_option("info logs one line per tool call that fails, and the tools at start.")
 @pull_option()
+@watch_option("clients are sent notifications/tools/list_changed when the tools change")
 @click.pass_obj
 @reports_errors
 def mcp(
-    settings: Settings, app: Path | None, config_path: Path | None, listen: str | None, log_level: str, pull: bool
+    settings: Settings,
+    app: Path | None,
+    config_path: Path | None,
+    listen: str | None,
+    log_level: str,
+    pull: bool,
+    watch: bool,
 ) -> None:
     """Serve the functions a component exports as MCP tools: APP.wasm (or a guest directory, built first when its
     sources changed) over stdio, or every component of an app config over Streamable HTTP with --listen.
@@ -334,10 +402,9 @@ def mcp(
     if app is None and config_path is None and settings.config_path is None:
         raise click.UsageError("give APP.wasm or a guest directory, or an app config with -c/--config")
     _pull_for(settings, config_path, pull)
-    if app is not None and app.is_dir():
-        app = _build_for_run(settings, app, None)
-    serve_settings = settings_for(config_path or settings.config_path, app, listen, settings.cache_dir, routed=False)
-    sys.exit(run(serve_settings, stdio=listen is None, log_level=log_level))
+    path = config_path or settings.config_path
+    serve_settings = settings_for(path, app, listen, settings.cache_dir, routed=False, note=_note)
+    sys.exit(run(serve_settings, stdio=listen is None, log_level=log_level, watch=watch))
 
 
 def _pull_for(settings: Settings, config_path: Path | None, pull: bool) -> None:

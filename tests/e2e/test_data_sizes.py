@@ -104,18 +104,25 @@ def prompt_tokens(before: Samples, after: Samples, model: str) -> float:
 # -- openai-compat at OpenAI's batch size --------------------------------------------------------------------------
 
 
+# OpenAI's batch sizes (2,048 and 1,024 inputs) are soaks, run by `make test-slow`; `make test` checks the same
+# assertions at a size that costs seconds, not a minute (issue 59).
+MINILM_COUNTS = [256, pytest.param(2048, marks=pytest.mark.soak)]
+GEMMA_COUNTS = [64, pytest.param(1024, marks=pytest.mark.soak)]
+
+
 @pytest.mark.slow
-def test_openai_compat_embeds_2048_minilm_texts_in_both_encodings(
-    running: Running, client: Any, real_host: Host
+@pytest.mark.parametrize("count", MINILM_COUNTS)
+def test_openai_compat_embeds_minilm_texts_in_both_encodings(
+    running: Running, client: Any, real_host: Host, count: int
 ) -> None:
-    inputs = texts(2048)
+    inputs = texts(count)
     before = running.samples()
     packed = client.embeddings.create(model=MINILM, input=inputs)  # the client asks for base64, and unpacks it
     floats = client.embeddings.create(model=MINILM, input=inputs, encoding_format="float")
     after = running.samples()
     want = real_host.embeddings(MINILM, inputs)
     for result in (packed, floats):
-        assert [d.index for d in result.data] == list(range(2048))
+        assert [d.index for d in result.data] == list(range(count))
         assert {len(d.embedding) for d in result.data} == {384}
         assert result.usage.prompt_tokens == want.prompt_token_count
     for got, base64_got, expected in zip(floats.data, packed.data, want.embeddings, strict=True):
@@ -126,13 +133,14 @@ def test_openai_compat_embeds_2048_minilm_texts_in_both_encodings(
 
 
 @pytest.mark.slow
-def test_openai_compat_embeds_1024_gemma_texts_in_both_encodings(client: Any) -> None:
-    inputs = [f"t{i}" for i in range(1024)]
+@pytest.mark.parametrize("count", GEMMA_COUNTS)
+def test_openai_compat_embeds_gemma_texts_in_both_encodings(client: Any, count: int) -> None:
+    inputs = [f"t{i}" for i in range(count)]
     packed = client.embeddings.create(model=GEMMA, input=inputs)
     floats = client.embeddings.create(model=GEMMA, input=inputs, encoding_format="float")
-    assert len(packed.data) == len(floats.data) == 1024
+    assert len(packed.data) == len(floats.data) == count
     assert {len(d.embedding) for d in floats.data} == {640}
-    assert packed.usage.prompt_tokens == floats.usage.prompt_tokens >= 1024
+    assert packed.usage.prompt_tokens == floats.usage.prompt_tokens >= count
     for a, b in zip(packed.data, floats.data, strict=True):
         assert a.embedding == pytest.approx(b.embedding, abs=1e-6)
 

@@ -1,7 +1,8 @@
 """Deterministic mode through `llmhost serve` with the openai-compat example and the official `openai` client, on
-both built-in models: 16 seeded temperature-1 completions of 24 tokens, each sent cold, warm (streamed, with its
+both built-in models: 8 seeded temperature-1 completions of 24 tokens, each sent cold, warm (streamed, with its
 whole prompt cached), under 7 concurrent other requests, and after churn (unrelated traffic, then a request that
-leaves part of its prompt cached; 8 at a time). Every run must give the cold run's tokens and log-probabilities
+leaves part of its prompt cached; 8 at a time). 8 prompts fill the 8 slots once: 16 (two waves) doubled the time
+and added no condition (issue 59). Every run must give the cold run's tokens and log-probabilities
 exactly, and `n` choices (forks of one sequence) must repeat under load and after churn. Same machine, same
 build: nothing here is a recorded text."""
 
@@ -34,14 +35,6 @@ SUBJECTS = (
     "a chess match",
     "paper money",
     "a night train",
-    "bees in winter",
-    "an old violin",
-    "the tides",
-    "a mountain village",
-    "glass making",
-    "a lost cat",
-    "the printing press",
-    "a desert storm",
 )
 # Different lengths around the 32-token chunk, none sharing more than a word with another.
 PROMPTS = [
@@ -141,23 +134,18 @@ def test_seeded_completions_repeat_exactly_cold_warm_loaded_and_after_churn(clie
         # warm: the whole prompt is in the prefix cache now; streamed, against the non-streamed cold run
         assert complete(client, model, prompt, seed, stream=True) == cold[-1], f"warm: {prompt!r}"
     assert all(len(tokens) == TOKENS for tokens, _ in cold), "every completion must run its TOKENS tokens"
-    # Not one text compared with itself: most completions differ (at 24 tokens two of SmolLM2's 16 can coincide).
+    # Not one text compared with itself: most completions differ (at 24 tokens two of SmolLM2's can coincide).
     assert len({tokens for tokens, _ in cold}) >= len(cold) * 3 // 4
     cold_choices = choices(client, model, n_prompt, 77)
     assert len(set(cold_choices)) == 3, "seeded choices use seed + k: they differ"
 
-    # under load: 8 requests at a time, each with 7 others decoding in the same batches (and a request of 3
-    # forks beside the second wave)
-    for wave in range(2):
-        batch = list(range(wave * 8, wave * 8 + 8))
-        calls: list[Any] = [lambda i=i: complete(client, model, PROMPTS[i], seeds[i]) for i in batch]
-        if wave == 1:
-            calls.append(lambda: choices(client, model, n_prompt, 77))
-        results = in_parallel(calls)
-        for i, run in zip(batch, results, strict=False):
-            assert run == cold[i], f"under load: {PROMPTS[i]!r}"
-        if wave == 1:
-            assert results[-1] == cold_choices, "n choices under load"
+    # under load: the 8 requests at once, each with 7 others decoding in the same batches, and a request of 3 forks
+    # beside them
+    calls: list[Any] = [lambda i=i: complete(client, model, PROMPTS[i], seeds[i]) for i in range(len(PROMPTS))]
+    results = in_parallel([*calls, lambda: choices(client, model, n_prompt, 77)])
+    for i, run in enumerate(results[:-1]):
+        assert run == cold[i], f"under load: {PROMPTS[i]!r}"
+    assert results[-1] == cold_choices, "n choices under load"
 
     # after churn: unrelated traffic reuses the cells; then each prompt right after a request that shares only its
     # first half (part of its prompt is cached, cut at a place of its own), 8 such pairs at a time
@@ -167,10 +155,8 @@ def test_seeded_completions_repeat_exactly_cold_warm_loaded_and_after_churn(clie
         complete(client, model, PROMPTS[i][: len(PROMPTS[i]) // 2] + " Answer in French.", 9, tokens=4)
         return complete(client, model, PROMPTS[i], seeds[i])
 
-    for wave in range(2):
-        batch = list(range(wave * 8, wave * 8 + 8))
-        for i, run in zip(batch, in_parallel([lambda i=i: after_half(i) for i in batch]), strict=True):
-            assert run == cold[i], f"after churn: {PROMPTS[i]!r}"
+    for i, run in enumerate(in_parallel([lambda i=i: after_half(i) for i in range(len(PROMPTS))])):
+        assert run == cold[i], f"after churn: {PROMPTS[i]!r}"
     assert choices(client, model, n_prompt, 77) == cold_choices, "n choices after churn"
 
 

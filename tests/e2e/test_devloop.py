@@ -146,13 +146,13 @@ def test_a_fast_first_compile_is_replaced_by_the_optimized_one(tmp_path: Path, l
 
     guest = tmp_path / "fresh"
     guest.mkdir()
-    # A component nobody compiled before (a unique constant), so the first load must compile.
     (guest / "app.py").write_text(
-        f"from wit_world import WitWorld\nUNIQUE = {time.time_ns()}\n\n\nclass WitWorld(WitWorld):\n"
-        "    def run(self, args):\n        print(UNIQUE)\n        return 0\n"
+        "from wit_world import WitWorld\n\n\nclass WitWorld(WitWorld):\n"
+        "    def run(self, args):\n        print('fresh')\n        return 0\n"
     )
-    wasm = build_component(guest, tmp_path / "fresh.wasm", cache_dir=llmhost_cache_dir)
-    config = HostConfig(cache_dir=llmhost_cache_dir, compile_strategy="fast-first")
+    wasm = build_component(guest, tmp_path / "fresh.wasm", cache_dir=llmhost_cache_dir)  # cached across runs
+    # A compile cache of its own, so that the first load must compile (a unique build cost a cold build each run).
+    config = HostConfig(cache_dir=tmp_path / "cache", compile_strategy="fast-first")
     with Host(config, note=lambda _: None) as host:
         app = host.load(wasm)
         assert app.strategy == "winch" and app.cache_file.name.endswith(".winch.cwasm")

@@ -92,8 +92,8 @@ def test_new_js_guests_build_and_run(tmp_path: Path, llmhost_cache_dir: Path, re
     assert served.returncode == 0, served.stderr
     built = cli("build", "web", "-o", "web.wasm", cwd=tmp_path, cache_dir=llmhost_cache_dir)
     assert built.returncode == 0 and (tmp_path / "web.wasm").stat().st_size > 1_000_000, built.stderr
-    refused = cli("new", "chatty", "--lang", "js", "--template", "chat", cwd=tmp_path, cache_dir=llmhost_cache_dir)
-    assert refused.returncode != 0 and "for --lang js" in refused.stderr
+    refused = cli("new", "oai", "--lang", "js", "--template", "mcp-tool", cwd=tmp_path, cache_dir=llmhost_cache_dir)
+    assert refused.returncode != 0 and "--lang js" in refused.stderr
 
 
 def test_build_errors_name_the_line_and_the_missing_tool(tmp_path: Path, llmhost_cache_dir: Path) -> None:

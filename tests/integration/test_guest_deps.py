@@ -55,7 +55,7 @@ def test_pypi_packages_and_a_local_one_build_and_run(probe: Path, llmhost_cache_
     }
     declared = deps.declared(PROBE)
     assert declared is not None
-    site = llmhost_cache_dir / "guest-deps" / declared.key()
+    site = deps.location(declared, llmhost_cache_dir)
     stripped = deps.stripped_modules(site)
     assert stripped.get("markupsafe._speedups") == "markupsafe" and not list(site.rglob("*.so"))
 

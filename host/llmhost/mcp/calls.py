@@ -12,10 +12,12 @@ in flight go on for the grace, then stops them.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -71,6 +73,32 @@ class ToolServer:
         self._guests = 0  # guests running on their threads now
         self._guests_lock = threading.Lock()
         self.stopping: str | None = None  # why new calls are refused (the server is shutting down)
+        # The clients' connections (`--watch` tells them when the tools change): each is added at its requests.
+        self.clients: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._notifications: set[asyncio.Task[None]] = set()
+
+    def swap(self, name: str, component: ToolComponent) -> None:
+        """Put a rebuilt component in service (`--watch`, on the event loop): calls from now on get it, those in
+        flight finish on the old one. When the tools it exports changed, every client is sent
+        `notifications/tools/list_changed`."""
+        before = self._listing()
+        self.components[name] = component
+        self.specs = {spec.name: spec for spec in tool_specs(self.components.values())}
+        if self._listing() != before:
+            _log.info("the tools changed: %s", ", ".join(self.specs) or "none")
+            task = asyncio.ensure_future(self._tools_changed())
+            self._notifications.add(task)
+            task.add_done_callback(self._notifications.discard)
+
+    def _listing(self) -> list[dict[str, Any]]:
+        return [tool.model_dump() for tool in self.list_tools()]
+
+    async def _tools_changed(self) -> None:
+        for client in list(self.clients):
+            try:
+                await client.send_tool_list_changed()
+            except Exception as error:  # a client gone meanwhile: the others are told all the same
+                _log.debug("tools/list_changed not sent: %s", error)
 
     def running(self) -> int:
         """Guests running now (a call answered at shutdown may leave its guest running until its deadline)."""
@@ -250,16 +278,25 @@ class ToolServer:
                     return
 
 
-def mcp_server(tools: ToolServer) -> Any:
-    """The `mcp` SDK's low-level server, answering tools/list and tools/call from `tools`."""
+def _connection(session: Any) -> Any:
+    """The client's connection behind a request's session: the SDK makes a session per request, and a notification
+    that concerns no request (the tools changed) goes out on the connection's own channel."""
+    return getattr(session, "_connection", session)
+
+
+def mcp_server(tools: ToolServer, watching: bool = False) -> Any:
+    """The `mcp` SDK's low-level server, answering tools/list and tools/call from `tools`. `watching`: the tools may
+    change (`--watch`): the server declares `tools.listChanged` and tells each client when they do."""
     import mcp_types as types
-    from mcp.server.lowlevel import Server
+    from mcp.server.lowlevel import NotificationOptions, Server
     from mcp.shared.exceptions import MCPError
 
     async def on_list_tools(ctx: Any, params: Any) -> Any:
+        tools.clients.add(_connection(ctx.session))
         return types.ListToolsResult(tools=tools.list_tools())
 
     async def on_call_tool(ctx: Any, params: Any) -> Any:
+        tools.clients.add(_connection(ctx.session))
         report = None
         meta = params.meta or {}
         if meta.get("progress_token", meta.get("progressToken")) is not None:  # else progress is not wanted
@@ -280,4 +317,10 @@ def mcp_server(tools: ToolServer) -> Any:
 
     from importlib.metadata import version
 
-    return Server(SERVER_NAME, version=version("llmhost"), on_list_tools=on_list_tools, on_call_tool=on_call_tool)
+    server = Server(SERVER_NAME, version=version("llmhost"), on_list_tools=on_list_tools, on_call_tool=on_call_tool)
+    if watching:
+        # Every transport asks the server for its initialization options (Streamable HTTP's session manager with no
+        # arguments), so the capability is set on the server itself.
+        options = server.create_initialization_options(NotificationOptions(tools_changed=True))
+        server.create_initialization_options = lambda *args, **kwargs: options  # type: ignore[method-assign]
+    return server

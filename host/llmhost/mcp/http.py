@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from typing import Any
 
 import anyio
 
@@ -36,6 +37,7 @@ from llmhost.serve.front import (
     url_host,
 )
 from llmhost.serve.probes import Readiness
+from llmhost.serve.watch import Watcher
 
 _log = logging.getLogger("llmhost.mcp")
 
@@ -92,9 +94,9 @@ class _Response:
 class McpHttp:
     """The ASGI app of `mcp --listen`."""
 
-    def __init__(self, tools: ToolServer, front: Front) -> None:
+    def __init__(self, tools: ToolServer, front: Front, watching: bool = False) -> None:
         settings = tools.settings
-        sdk = mcp_server(tools).streamable_http_app(
+        sdk = mcp_server(tools, watching).streamable_http_app(
             host=settings.listen[0], max_request_body_size=max(1, front.max_body_bytes)
         )
         self._sdk = sdk
@@ -122,8 +124,9 @@ class McpHttp:
             await response.end()
 
 
-def serve_http(tools: ToolServer, readiness: Readiness) -> None:
-    """Serve Streamable HTTP at `http://LISTEN/mcp` until SIGINT/SIGTERM, then drain (see the module's docstring)."""
+def serve_http(tools: ToolServer, readiness: Readiness, watcher: Watcher[Any] | None = None) -> None:
+    """Serve Streamable HTTP at `http://LISTEN/mcp` until SIGINT/SIGTERM, then drain (see the module's docstring).
+    `watcher` (`--watch`) watches from the start until the shutdown begins."""
     from sse_starlette.sse import AppStatus
 
     from llmhost.serve.server import fit_connections
@@ -131,7 +134,7 @@ def serve_http(tools: ToolServer, readiness: Readiness) -> None:
     settings = tools.settings
     front = front_of(settings)
     max_connections = fit_connections(settings)
-    app = McpHttp(tools, front)
+    app = McpHttp(tools, front, watching=watcher is not None)
     sock = bind(*settings.listen)
     shown_host, port = sock.getsockname()[:2]
     # sse-starlette cuts every event stream at the signal, a call's included (its answer lost): the drain ends them.
@@ -144,6 +147,8 @@ def serve_http(tools: ToolServer, readiness: Readiness) -> None:
         loop = asyncio.get_running_loop()
         _log.info("listening on http://%s:%d/mcp (MCP Streamable HTTP)", url_host(shown_host), port)
         readiness.ready = True
+        if watcher is not None:
+            watcher.start()
 
     async def drain() -> None:
         await tools.drain(settings.shutdown_grace_s)
@@ -151,6 +156,8 @@ def serve_http(tools: ToolServer, readiness: Readiness) -> None:
 
     def begin_shutdown() -> None:  # in the signal handler: the drain runs on the loop
         readiness.ready = False  # /readyz: 503 from now on
+        if watcher is not None:
+            watcher.stop()
         if loop is not None:
             loop.call_soon_threadsafe(lambda: drains.append(asyncio.ensure_future(drain())))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 
 import anyio
 
@@ -27,12 +28,13 @@ def warm_models(settings: ServeSettings) -> list[str]:
     return [m for m in models if m in allowed and models[m].backend == "llama-cpp"]
 
 
-def run(settings: ServeSettings, stdio: bool, log_level: str = "info") -> int:
+def run(settings: ServeSettings, stdio: bool, log_level: str = "info", watch: bool = False) -> int:
     """Serve the components' tools over stdio (until the client closes it) or Streamable HTTP at
     `http://LISTEN/mcp` (until SIGINT/SIGTERM, then drained as serve is); returns the exit status. Logs go to
-    stderr: on stdio, stdout is the protocol's."""
+    stderr: on stdio, stdout is the protocol's. `watch`: rebuild a component when its guest directory changes."""
+    from llmhost.mcp.tools import ToolComponent
     from llmhost.serve.probes import Readiness
-    from llmhost.serve.server import configure_logging, observed_host
+    from llmhost.serve.server import configure_logging, observed_host, watcher_for
 
     configure_logging(log_level)
     readiness = Readiness()
@@ -41,15 +43,19 @@ def run(settings: ServeSettings, stdio: bool, log_level: str = "info") -> int:
         for model in warm_models(settings):  # the first call then waits for no model load
             host.model_info(model)
         _log.info("%d tools: %s", len(tools.specs), ", ".join(tools.specs) or "none")
+        watcher = None
+        if watch:
+            load = lambda name, path: ToolComponent(host, replace(settings.components[name], source=path))  # noqa: E731
+            watcher = watcher_for(settings, None, load, tools.swap)
         if stdio:
             from llmhost.mcp.stdio import serve_stdio
 
             readiness.ready = True
-            anyio.run(serve_stdio, mcp_server(tools))
+            anyio.run(serve_stdio, mcp_server(tools, watching=watch), watcher)
         else:
             from llmhost.mcp.http import serve_http
 
-            serve_http(tools, readiness)
+            serve_http(tools, readiness, watcher)
         readiness.ready = False
         stats = tools.stats
         _log.info("served %d tool calls (%d errors, %d cancelled)", stats.calls, stats.errors, stats.cancelled)

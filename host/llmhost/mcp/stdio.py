@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 
 from llmhost.mcp.tools import clip
+from llmhost.serve.watch import Watcher
 
 _log = logging.getLogger("llmhost.mcp")
 
@@ -99,16 +100,21 @@ class CheckedLines:
             await self._answers.send(SessionMessage(error))
 
 
-async def serve_stdio(server: Any) -> None:
-    """Run the SDK's low-level `server` over stdin and stdout, until the client closes stdin."""
+async def serve_stdio(server: Any, watcher: Watcher[Any] | None = None) -> None:
+    """Run the SDK's low-level `server` over stdin and stdout, until the client closes stdin; `watcher` (`--watch`)
+    watches meanwhile."""
     from mcp.server.stdio import stdio_server
 
     # Text over fd 0 that leaves it open (the SDK's own reader does the same: UTF-8, undecodable bytes replaced).
     stdin = open(0, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115 (closed below)
     checked = CheckedLines(anyio.wrap_file(stdin))
+    if watcher is not None:
+        watcher.start()
     try:
         async with stdio_server(stdin=checked) as (read_stream, write_stream):  # type: ignore[arg-type]
             checked.answer_to(write_stream)
             await server.run(read_stream, write_stream, server.create_initialization_options())
     finally:
+        if watcher is not None:
+            watcher.stop()
         stdin.close()

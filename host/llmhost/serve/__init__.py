@@ -3,8 +3,9 @@
 Layout: `config` (app config, TOML, validation), `component` (one component: instantiate per request, call
 `handle`, in the request's run scope), `app` (the ASGI app: routing, limits, streaming, disconnects, deadlines, the
 request log), `protocol` (request-head timeout), `server` (uvicorn, signals, graceful shutdown), `policy`
-(defaults and limits). A request is a run scope (runtime/scope.py) with a token budget, cancelled by its
-deadline, its client's disconnect or the server's shutdown.
+(defaults and limits), `sources` (guest directories built as components), `watch` (`--watch`: rebuild and swap).
+A request is a run scope (runtime/scope.py) with a token budget, cancelled by its deadline, its client's disconnect
+or the server's shutdown.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from llmhost.serve.config import AppConfig, ServeSettings, load_app_config, sett
 __all__ = ["AppConfig", "ServeSettings", "load_app_config", "run", "settings_for"]
 
 
-def run(settings: ServeSettings, log_level: str = "info") -> int:
+def run(settings: ServeSettings, log_level: str = "info", watch: bool = False) -> int:
     """Serve until SIGINT/SIGTERM (imports uvicorn and wasmtime only when called)."""
     from llmhost.serve.server import run as run_server
 
-    return run_server(settings, log_level)
+    return run_server(settings, log_level, watch)

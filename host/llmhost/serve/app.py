@@ -108,7 +108,7 @@ class ServeApp:
     ) -> None:
         self.api_keys = api_keys if api_keys is not None else ApiKeys()
         self.observer = observer if observer is not None else RequestObserver()  # metrics (no-op when off)
-        self._components = components
+        self.components = components  # name -> the component serving it now (`swap` replaces one)
         self._routes = sorted(routes.items(), key=lambda item: len(item[0]), reverse=True)
         self._executor = executor
         self.body_timeout_s = body_timeout_s
@@ -125,8 +125,15 @@ class ServeApp:
         for prefix, name in self._routes:
             base = prefix.rstrip("/")
             if path in (prefix, base) or path.startswith(base + "/"):
-                return self._components[name]
+                return self.components[name]
         return None
+
+    def swap(self, name: str, component: HttpComponent) -> None:
+        """Put `component` in service for `name` (on the event loop): requests routed from now on get it, those in
+        flight finish on the one they had, which is closed when the last of them ends."""
+        old = self.components[name]
+        self.components[name] = component
+        old.retire()
 
     def cancel_all(self, reason: str) -> None:
         for scope in list(self._live):
@@ -200,6 +207,7 @@ class Exchange:
         self.overrun: str | None = None  # the deadline passed (the guest is ending its response within the grace)
         self._send_lock = asyncio.Lock()
         self._scope: RunScope | None = None
+        self._held: HttpComponent | None = None  # the routed component, until its guest is started
         self.component = NO_COMPONENT  # the routed component's name (metrics)
         self.failure: str | None = None  # how its guest failed (`component.FAILURE_KINDS`), if it did
 
@@ -207,6 +215,8 @@ class Exchange:
         try:
             await self._serve()
         finally:
+            if self._held is not None:  # answered without running its guest (401, 408, 413, ...)
+                self._held.leave()
             duration = time.monotonic() - self._arrived
             tokens = self._scope.tokens if self._scope is not None else 0
             status = self.status or CLIENT_CLOSED_STATUS
@@ -236,6 +246,8 @@ class Exchange:
         if component is None:
             await self.respond(404, f"no route for {self.path}")
             return
+        component.enter()  # with no await since routing: a `swap` cannot close it under this request
+        self._held = component
         self.component = component.name
         if not self._app.api_keys.allows(self.headers):
             await self.respond_unauthorized()
@@ -260,6 +272,9 @@ class Exchange:
         work = self._loop.run_in_executor(
             self._app._executor, self._app._run_guest, component, request, writer, scope, deadline
         )
+        # The guest may run on past the response (abandoned at its deadline): the component is left when it ends.
+        work.add_done_callback(lambda _: component.leave())
+        self._held = None
         watcher = asyncio.create_task(self._watch_disconnect(scope))
         try:
             outcome = await self._outcome(work, scope, deadline, component)

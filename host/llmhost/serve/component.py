@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -105,6 +106,25 @@ class HttpComponent:
         handle = self._component.get_export_index(HANDLE_EXPORT, handler)
         assert handle is not None  # checked above
         self._handle = handle
+        # Requests using this component now; a component replaced by `--watch` is closed once they have ended.
+        self.users = Users(self.close)
+
+    def enter(self) -> None:
+        """A request is routed to this component (on the event loop, where `swap` runs: none is lost between)."""
+        self.users.enter()
+
+    def leave(self) -> None:
+        """That request's guest has ended (or never ran)."""
+        self.users.leave()
+
+    def retire(self) -> None:
+        """Replaced (`--watch`): closed now if no request uses it, else when the last one ends."""
+        self.users.retire()
+
+    def close(self) -> None:
+        """Free the linker (the host's functions for this component); its compiled code stays in the host's cache,
+        so that going back to these sources loads at once."""
+        self._linker.close()
 
     def _check(self) -> str:
         """Check the exports and imports; returns the name of the handler interface (of whichever version)."""
@@ -186,6 +206,39 @@ class HttpComponent:
         except LlmError as error:
             raise GuestFailure(503, error.message) from None  # the host is busy, not the guest at fault
         hold_until_lowered(store, lambda: self._transfers.release(cost))
+
+
+class Users:
+    """The requests using a component, counted: once it is retired and the last of them has ended, `close` is called
+    (once). Any thread may call these (a guest ends on a worker thread)."""
+
+    def __init__(self, close: Callable[[], None]) -> None:
+        self._close = close
+        self._count = 0
+        self._retired = False
+        self._lock = threading.Lock()
+
+    def enter(self) -> None:
+        with self._lock:
+            self._count += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._count -= 1
+            close = self._retired and self._count == 0
+        if close:
+            self._close()
+
+    def retire(self) -> None:
+        with self._lock:
+            close = not self._retired and self._count == 0
+            self._retired = True
+        if close:
+            self._close()
+
+    @property
+    def count(self) -> int:
+        return self._count
 
 
 class GuestOutput:

@@ -4,16 +4,22 @@ One TOML file describes an app: the host settings `llmhost` already knows (`cach
 `[models.NAME]`), the server (`listen`, `max-concurrency`, `shutdown-grace-s`), default `[limits]`, the
 components (`[components.NAME]`: file, allowed models, grants, limit overrides) and `[routes]` (path prefix ->
 component). Every error names the file and the key.
+
+The one-component form (`serve DIR`, `serve APP.wasm`) takes the host config's keys instead: its component's grants
+come from `[sandbox]`, as for `llmhost run`, so one `host.toml` serves both. A key of the other form is refused,
+naming the key that is.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pydantic import Field, field_validator, model_validator
 
 from llmhost.config import (
+    CompileStrategy,
     ConfigError,
     EngineConfig,
     GrantsConfig,
@@ -22,6 +28,7 @@ from llmhost.config import (
     LlamaCppEngineConfig,
     ModelConfig,
     SandboxConfig,
+    _default_compile_strategy,
     _kebab,
     _Section,
     alias_map,
@@ -75,7 +82,9 @@ class LimitOverrides(_Section):
 
 
 class ComponentConfig(GrantsConfig):  # grants: key-value stores, config values, outbound hosts
-    source: Path  # the component (.wasm); relative to the config file
+    # The component (.wasm), or a guest directory (app.py or app.js: built when its sources changed, as by `llmhost
+    # build`, and watched by `--watch`); relative to the config file.
+    source: Path
     allowed_models: list[str] | None = None  # None: every configured model
     env: dict[str, str] = Field(default_factory=dict)  # environment variables granted to the guest
     read_only_dir: Path | None = None  # a host directory the guest may read, at `guest-dir`
@@ -106,6 +115,9 @@ class AppConfig(_Section):
     limits: Limits = Field(default_factory=Limits)
     components: dict[str, ComponentConfig] = Field(default_factory=dict)
     routes: dict[str, str] = Field(default_factory=dict)
+    # The host config's keys, for the one-component form (`serve DIR`): its grants and quotas, as `llmhost run`'s.
+    sandbox: SandboxConfig | None = None
+    compile_strategy: CompileStrategy = Field(default_factory=_default_compile_strategy)
 
     @field_validator("listen")
     @classmethod
@@ -133,7 +145,10 @@ class AppConfig(_Section):
 
     @model_validator(mode="after")
     def _warn_redis_grants(self) -> AppConfig:
-        warn_redis_grants(self.key_value, {f"components.{name}": c for name, c in self.components.items()})
+        grants: dict[str, GrantsConfig] = {f"components.{name}": c for name, c in self.components.items()}
+        if self.sandbox is not None:
+            grants["sandbox"] = self.sandbox
+        warn_redis_grants(self.key_value, grants)
         return self
 
     def host_config(self) -> HostConfig:
@@ -144,6 +159,8 @@ class AppConfig(_Section):
             data_dir=self.data_dir,
             key_value=self.key_value,
             transfer_memory_mb=self.transfer_memory_mb,
+            sandbox=self.sandbox if self.sandbox is not None else SandboxConfig(),
+            compile_strategy=self.compile_strategy,
         )
 
 
@@ -174,6 +191,7 @@ class ComponentSettings:
     origin: str  # the config file, or "the command line"
     # Key-value stores, config values and outbound hosts (resolved: `{ env = ... }` values read at load).
     grants: Grants = field(default_factory=Grants)
+    source_dir: Path | None = None  # the guest directory `source` was built from (what `--watch` watches)
 
     def key(self, name: str) -> str:
         """A key as messages name it: `components.chat.allowed-models` in llmhost.toml."""
@@ -223,19 +241,75 @@ def _relative_to(config: AppConfig, base: Path) -> AppConfig:
     return config.model_copy(update=update)
 
 
-def single_component(config: AppConfig, app: Path) -> AppConfig:
-    """`llmhost serve APP.wasm`: one component, named after the file, serving every path."""
+SANDBOX = "sandbox"  # the grants' table of the one-component form
+# The `[sandbox]` keys that are limits of a served component: the limit they set.
+SANDBOX_LIMITS = {"max_memory_mb": "max_memory_mb", "timeout_s": "deadline_s"}
+
+
+def single_component(config: AppConfig, app: Path, origin: str = "the config") -> AppConfig:
+    """`llmhost serve APP.wasm` (or DIR): one component, named after the file, serving every path, granted what
+    `[sandbox]` grants (as `llmhost run` is)."""
     if config.components or config.routes:
-        raise ConfigError(f"give either APP.wasm ({app}) or `[components]`/`[routes]` in the config, not both")
-    name = app.stem or "app"
-    return config.model_copy(update={"components": {name: ComponentConfig(source=app)}, "routes": {"/": name}})
+        raise ConfigError(
+            f"{origin}: give either {app} or `[components]`/`[routes]` in the config, not both (with {app}, grant it "
+            "under `[sandbox]`, e.g. `sandbox.key-value-stores`; with `[components]`, give no APP argument)"
+        )
+    name = (app.resolve().name if app.is_dir() else app.stem) or "app"
+    sandbox = config.sandbox if config.sandbox is not None else SandboxConfig()
+    granted = {key: getattr(sandbox, key) for key in GrantsConfig.model_fields}
+    limits = {SANDBOX_LIMITS[key]: getattr(sandbox, key) for key in SANDBOX_LIMITS if key in sandbox.model_fields_set}
+    component = ComponentConfig(
+        source=app,
+        **granted,
+        env=sandbox.env,
+        read_only_dir=sandbox.read_only_dir,
+        guest_dir=sandbox.guest_dir,
+        limits=LimitOverrides(**limits),
+    )
+    return config.model_copy(update={"components": {name: component}, "routes": {"/": name}})
 
 
-def resolve(config: AppConfig, origin: str, listen: str | None = None, routed: bool = True) -> ServeSettings:
-    """Check cross-references and files, and resolve per-component limits. Errors name the key and `origin`."""
+def check_sandbox(config: AppConfig, origin: str, single: bool) -> None:
+    """`[sandbox]` grants the one component of `serve DIR` (`single`); with `[components]`, each has its own."""
+    if config.sandbox is None:
+        return
+    if single:
+        from llmhost.runtime.sandbox import sandbox_problems
+
+        problems = sandbox_problems(config.sandbox)
+        if problems:
+            raise ConfigError(f"{origin}: " + "; ".join(problems))
+        return
+    if not config.components:
+        raise ConfigError(
+            f"{origin}: `sandbox` grants the one component of `llmhost serve DIR` (or APP.wasm): give DIR, or "
+            "configure `[components.NAME]` (each with its own grants) and `[routes]`"
+        )
+    name = next(iter(config.components))
+    raise ConfigError(
+        f"{origin}: `sandbox`: with `[components]`, each component is granted its own: move these keys to "
+        f"`components.{name}` (e.g. `components.{name}.key-value-stores`), or serve one component with "
+        "`llmhost -c CONFIG serve DIR`"
+    )
+
+
+def resolve(
+    config: AppConfig,
+    origin: str,
+    listen: str | None = None,
+    routed: bool = True,
+    built: dict[str, Path] | None = None,
+    single: bool = False,
+) -> ServeSettings:
+    """Check cross-references and files, and resolve per-component limits. Errors name the key and `origin`.
+    `built`: the components whose `source` is a guest directory -> that directory (`source` now the component built
+    from it, see `serve.sources`); `single`: the one-component form, granted by `[sandbox]`."""
 
     def fail(key: str, message: str) -> ConfigError:
         return ConfigError(f"{origin}: `{key}`: {message}")
+
+    built = built or {}
+    check_sandbox(config, origin, single)
 
     try:
         address = parse_listen(listen if listen is not None else config.listen)
@@ -259,14 +333,18 @@ def resolve(config: AppConfig, origin: str, listen: str | None = None, routed: b
     for name, component in config.components.items():
         prefix = f"components.{name}"
         if not component.source.is_file():
-            raise fail(f"{prefix}.source", f"{component.source}: no such file (build it with `llmhost build`)")
+            what = "no such file or guest directory (app.py or app.js)"
+            raise fail(f"{prefix}.source", f"{component.source}: {what} (or build it with `llmhost build`)")
         if component.read_only_dir is not None and not component.read_only_dir.is_dir():
             raise fail(f"{prefix}.read-only-dir", f"{component.read_only_dir} is not a directory")
         for model in component.allowed_models or []:
             if model not in config.models and model not in aliases:
                 known = ", ".join([*config.models, *aliases])  # a model's alias grants the model
                 raise fail(f"{prefix}.allowed-models", f"model {model!r} is not configured (known: {known})")
-        components[name] = _settings(name, component, config.limits, origin, aliases)
+        table = SANDBOX if single else prefix
+        sandbox = config.sandbox if single and config.sandbox is not None else SandboxConfig()
+        resolved = _settings(name, component, config.limits, origin, aliases, table, sandbox)
+        components[name] = replace(resolved, source_dir=built.get(name))
     return ServeSettings(
         host=config.host_config(),
         listen=address,
@@ -284,40 +362,71 @@ def resolve(config: AppConfig, origin: str, listen: str | None = None, routed: b
 
 
 def _settings(
-    name: str, component: ComponentConfig, defaults: Limits, origin: str, aliases: dict[str, str]
+    name: str,
+    component: ComponentConfig,
+    defaults: Limits,
+    origin: str,
+    aliases: dict[str, str],
+    table: str | None = None,
+    base: SandboxConfig | None = None,
 ) -> ComponentSettings:
+    """`table`: where the component's grants and limit overrides are configured (`components.NAME`, the default, or
+    `sandbox` for the one-component form); `base`: the sandbox its quotas come from (default: the defaults)."""
+    table = table if table is not None else f"components.{name}"
+    base = base if base is not None else SandboxConfig()
     overrides = component.limits.model_dump(exclude_none=True)
     limits = defaults.model_copy(update=overrides)
+    from_sandbox = {limit: f"{SANDBOX}.{_kebab(key)}" for key, limit in SANDBOX_LIMITS.items()}
     keys = {
-        field: f"components.{name}.limits.{_kebab(field)}" if field in overrides else f"limits.{_kebab(field)}"
+        field: (from_sandbox[field] if table == SANDBOX else f"{table}.limits.{_kebab(field)}")
+        if field in overrides
+        else f"limits.{_kebab(field)}"
         for field in Limits.model_fields
     }
-    sandbox = SandboxConfig(
-        **{key: getattr(component, key) for key in GrantsConfig.model_fields},
+    update = {key: getattr(component, key) for key in GrantsConfig.model_fields}
+    update.update(
         env=component.env,
         read_only_dir=component.read_only_dir,
         guest_dir=component.guest_dir,
         max_memory_mb=limits.max_memory_mb,
         timeout_s=limits.deadline_s,
     )
+    sandbox = base.model_copy(update=update)
     allowed = (
         frozenset(aliases.get(m, m) for m in component.allowed_models) if component.allowed_models is not None else None
     )
     try:
-        grants = Grants.from_config(component, f"components.{name}")
+        grants = Grants.from_config(component, table)
     except ConfigError as error:
         raise ConfigError(f"{origin}: {error}") from None
     return ComponentSettings(name, component.source, allowed, sandbox, limits, keys, origin, grants)
 
 
 def settings_for(
-    config_path: Path | None, app: Path | None, listen: str | None, cache_dir: Path | None, routed: bool = True
+    config_path: Path | None,
+    app: Path | None,
+    listen: str | None,
+    cache_dir: Path | None,
+    routed: bool = True,
+    note: Callable[[str], None] | None = None,
 ) -> ServeSettings:
-    """What the CLI does: load the config (or the defaults), add APP.wasm, apply the overrides, resolve."""
+    """What the CLI does: load the config (or the defaults), add APP.wasm (or a guest directory), apply the
+    overrides, build the components whose source is a guest directory (`note`: build progress), resolve."""
+    from llmhost.serve.sources import build_sources
+
     config = load_app_config(config_path) if config_path is not None else AppConfig()
+    origin = str(config_path) if config_path is not None else "the command line"
     if cache_dir is not None:
         config = config.model_copy(update={"cache_dir": cache_dir})
     if app is not None:
-        config = single_component(config, app)
-    origin = str(config_path) if config_path is not None else "the command line"
-    return resolve(config, origin, listen, routed)
+        config = single_component(config, app, origin)
+    check_sandbox(config, origin, single=app is not None)  # before any build
+    sources = {name: component.source for name, component in config.components.items()}
+    world = "http-app" if routed else None  # `mcp` serves guests of any world: their tools
+    built = build_sources(sources, config.cache_dir, origin, world, note, single=app is not None)
+    components = {
+        name: component.model_copy(update={"source": built[name]}) if name in built else component
+        for name, component in config.components.items()
+    }
+    config = config.model_copy(update={"components": components})
+    return resolve(config, origin, listen, routed, {name: sources[name] for name in built}, single=app is not None)

@@ -15,8 +15,11 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import TypeVar
 
 from llmhost.api import Host
 from llmhost.config import FakeEngineConfig
@@ -33,9 +36,11 @@ from llmhost.serve.front import plan_descriptors as plan_descriptors
 from llmhost.serve.front import url_host as url_host
 from llmhost.serve.metrics import ServeMetrics
 from llmhost.serve.probes import ProbeListener, Readiness
+from llmhost.serve.watch import Watcher
 
 _log = logging.getLogger("llmhost.serve")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+T = TypeVar("T")
 
 
 def configure_logging(level: str) -> None:
@@ -44,14 +49,36 @@ def configure_logging(level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    logging.getLogger("watchfiles").setLevel(logging.WARNING)  # `--watch` logs what it rebuilds itself
 
 
-def run(settings: ServeSettings, log_level: str = "info") -> int:
-    """Serve until SIGINT/SIGTERM; returns the exit status (0 after a graceful shutdown)."""
+def run(settings: ServeSettings, log_level: str = "info", watch: bool = False) -> int:
+    """Serve until SIGINT/SIGTERM; returns the exit status (0 after a graceful shutdown). `watch`: rebuild and swap
+    in a component when its guest directory changes (`serve.watch`)."""
     configure_logging(log_level)
     readiness = Readiness()
     with observed_host(settings, readiness) as (host, engine, metrics):
-        return _serve(settings, host, engine, readiness, metrics)
+        return _serve(settings, host, engine, readiness, metrics, watch)
+
+
+def watcher_for(
+    settings: ServeSettings, world: str | None, load: Callable[[str, Path], T], swap: Callable[[str, T], None]
+) -> Watcher[T]:
+    """A `Watcher` of the components built from guest directories: each is rebuilt (for `world`, None: its own) as
+    at start, loaded with `load` and put in service with `swap`. The data and cache directories, and the SQLite
+    stores' files, are no sources even inside a guest directory."""
+    from llmhost.serve.sources import build_guest
+
+    roots = {name: c.source_dir for name, c in settings.components.items() if c.source_dir is not None}
+    if not roots:
+        _log.warning("--watch: no component is built from a guest directory; nothing to watch")
+    config = settings.host
+    note = lambda message: _log.info("%s", message)  # noqa: E731
+    build = lambda name: build_guest(roots[name], world, config.cache_dir, note)  # noqa: E731
+    stores = [store.path for store in config.key_value.values() if store.path is not None]
+    ignore = [config.data_dir, config.cache_dir, *stores]
+    current = {name: settings.components[name].source for name in roots}
+    return Watcher(roots, build, load, swap, ignore, current)
 
 
 @contextlib.contextmanager
@@ -102,6 +129,7 @@ def _serve(
     engine: Registry,
     readiness: Readiness,
     metrics: ServeMetrics | None = None,
+    watch: bool = False,
 ) -> int:
     # Load (and on first use compile) every component before listening: a request never waits for a compile.
     components = {name: HttpComponent(host, component) for name, component in settings.components.items()}
@@ -122,6 +150,10 @@ def _serve(
         settings.api_keys,
         observer=metrics,
     )
+    watcher = None
+    if watch:
+        load = lambda name, path: HttpComponent(host, replace(settings.components[name], source=path))  # noqa: E731
+        watcher = watcher_for(settings, "http-app", load, app.swap)
     host_name, port = sock.getsockname()[:2]
     engine_kind = "fake engine" if isinstance(settings.host.engine, FakeEngineConfig) else "llama.cpp"
     routes = ", ".join(f"{prefix} -> {name}" for prefix, name in settings.routes.items())
@@ -129,9 +161,13 @@ def _serve(
     def started() -> None:
         _log.info("listening on http://%s:%d (%s; routes: %s)", url_host(host_name), port, engine_kind, routes)
         readiness.ready = True
+        if watcher is not None:
+            watcher.start()
 
     def begin_shutdown() -> None:
         readiness.ready = False  # /readyz: 503 from now on, so load balancers stop sending traffic
+        if watcher is not None:
+            watcher.stop()
         # Requests still running near the end of the grace are cancelled (their generations end at once, so a
         # guest ends its response itself: a stream's last event), leaving the margin for them to do so.
         delay = max(0.0, settings.shutdown_grace_s - SHUTDOWN_CANCEL_MARGIN_S)

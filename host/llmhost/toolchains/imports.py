@@ -218,7 +218,7 @@ def entry_source(
     )
 
 
-_ENTRY = '''\
+_ENTRY = """\
 import {prelude}  # noqa: F401
 
 
@@ -293,4 +293,4 @@ def _llmhost_hint():
 
 
 _llmhost_hint()
-'''
+"""

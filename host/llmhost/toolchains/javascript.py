@@ -2,7 +2,9 @@
 
 componentize-js runs on Node.js. It is installed with npm into llmhost's cache on first use (pinned below), so
 Python guests never need Node.js, and `make install` needs no network for it. Builds are cached by content, as for
-Python guests: the app's sources, the WIT, the world and the componentize-js version.
+Python guests: the app's sources, the WIT, the world and the componentize-js version. A guest that imports the
+JavaScript SDK (`from "llmhost"`, guest_sdk_js/llmhost) is bundled with it by esbuild (npm_deps.bundle), and the
+SDK's files join its build key.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ IGNORED_DIRS = {"node_modules", ".git"}
 # World-level exports that tell the world: `export function run(args)` (command), `export const handler` (http-app).
 _HANDLER = re.compile(r"^\s*export\s+(?:const|let|var)\s+handler\b|^\s*export\s*\{[^}]*\bhandler\b", re.M)
 _RUN = re.compile(r"^\s*export\s+(?:async\s+)?function\s+run\b|^\s*export\s+(?:const|let|var)\s+run\b", re.M)
+# `import { llm } from "llmhost"` (or "llmhost/llm.js"): the guest uses the JavaScript SDK, which esbuild bundles in.
+_USES_SDK = re.compile(r"""(?:\bfrom|\bimport)\s*\(?\s*["']llmhost(?:/[^"']*)?["']""")
+SDK_NAME = "llmhost"
 _install_lock = threading.Lock()
 # `jco types` reads the WIT through WASI, and the preview2-shim that jco 1.35 resolves (0.26) preopens nothing, so
 # it finds no file: this runner gives it the host's root before starting jco's own command line.
@@ -55,6 +60,17 @@ def node() -> str:
     if found is None:
         raise BuildError(f"Node.js was not found: JavaScript guests are built with componentize-js ({NODE_FETCH})")
     return found
+
+
+def sdk_dir() -> Path:
+    """The JavaScript SDK shipped in the package (guest_sdk_js/llmhost: index.js, its modules and index.d.ts)."""
+    return Path(__file__).resolve().parent.parent / "guest_sdk_js" / SDK_NAME
+
+
+def uses_sdk(app_dir: Path) -> bool:
+    return any(
+        _USES_SDK.search(path.read_text(encoding="utf-8")) for path in _sources(app_dir) if path.suffix != ".json"
+    )
 
 
 def toolchain_dir(cache_dir: Path | None = None) -> Path:
@@ -79,12 +95,11 @@ def ensure_toolchain(cache_dir: Path | None = None, note: Callable[[str], None] 
         staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".installing-"))
         try:
             command = [npm, "install", "--no-audit", "--no-fund", "--prefix", str(staging)]
-            result = subprocess.run(
-                [*command, f"{COMPONENTIZE_JS}@{COMPONENTIZE_JS_VERSION}"], capture_output=True, text=True, check=False
+            command += [f"{COMPONENTIZE_JS}@{COMPONENTIZE_JS_VERSION}"]
+            # npm is silent on a pipe for the ~80 s it takes: a line every few seconds says it is not stuck.
+            npm_deps.run_with_progress(
+                command, f"installing {COMPONENTIZE_JS}@{COMPONENTIZE_JS_VERSION}", note, lines=5
             )
-            if result.returncode != 0:
-                tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-5:])
-                raise BuildError(f"npm could not install {COMPONENTIZE_JS}@{COMPONENTIZE_JS_VERSION}:\n{tail}")
             shutil.rmtree(target, ignore_errors=True)
             os.replace(staging, target)
         finally:
@@ -164,6 +179,9 @@ def build_key(app_dir: Path, wit: Path, world: str) -> str:
     dependencies = npm_deps.declared(app_dir)
     if dependencies is not None:  # the installed set (package-lock.json an explicit input)
         digest.update(f"|deps={npm_deps.key(app_dir, dependencies)}".encode())
+    if uses_sdk(app_dir):  # the SDK is bundled in: a change to it rebuilds the guests that use it
+        digest.update(f"|esbuild={npm_deps.ESBUILD_VERSION}".encode())
+        digest_files(digest, "sdk", sdk_dir(), sorted(p for p in sdk_dir().rglob("*") if p.is_file()))
     digest_files(digest, "app", app_dir, _sources(app_dir))
     digest_files(digest, "wit", wit, (p for p in sorted(wit.rglob("*.wit")) if p.is_file()))
     return digest.hexdigest()[:40]
@@ -194,9 +212,10 @@ def build_component(
             cli = toolchain / "node_modules" / COMPONENTIZE_JS / "src" / "cli.js"
             source = (app_dir / APP_FILE).resolve()
             dependencies = npm_deps.declared(app_dir)
-            if dependencies is not None:  # componentize-js takes one module: app.js bundled with its packages
-                installed = npm_deps.install(app_dir, dependencies, cache_dir or default_cache_dir(), note)
-                npm_deps.bundle(source, installed, scratch / APP_FILE)
+            sdk = uses_sdk(app_dir)
+            if dependencies is not None or sdk:  # componentize-js takes one module: app.js bundled with its imports
+                installed = npm_deps.install(app_dir, dependencies or {}, cache_dir or default_cache_dir(), note)
+                npm_deps.bundle(source, installed, scratch / APP_FILE, {SDK_NAME: sdk_dir()} if sdk else None)
                 source = scratch / APP_FILE
             command = [node(), str(cli), str(source), "--wit", str(wit.resolve()), "--world-name", world]
             command += ["--disable", *DISABLED_FEATURES]
@@ -210,14 +229,16 @@ def build_component(
             Path(tmp).unlink(missing_ok=True)
             shutil.rmtree(scratch, ignore_errors=True)
         if note is not None:
-            note(f"built {app_dir} in {time.monotonic() - started:.1f} s")
+            summary = npm_deps.summary(app_dir, cached, cache_dir or default_cache_dir())
+            note(f"built {app_dir} in {time.monotonic() - started:.1f} s ({summary})")
     output.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(cached, output)
     return output
 
 
 def bindings(app_dir: Path, output: Path, world: str | None, wit: Path, cache_dir: Path | None = None) -> Path:
-    """TypeScript declarations of the guest's world (jco types), for editors."""
+    """TypeScript declarations of the guest's world (jco types), and the SDK's (OUT/llmhost/index.d.ts), for
+    editors."""
     world = world or detect_world(app_dir)
     modules = ensure_toolchain(cache_dir) / "node_modules"
     with tempfile.TemporaryDirectory(prefix="llmhost-jco-") as scratch:
@@ -228,4 +249,8 @@ def bindings(app_dir: Path, output: Path, world: str | None, wit: Path, cache_di
         result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise BuildError(f"jco could not write the TypeScript declarations: {(result.stderr or result.stdout).strip()}")
+    # The SDK's declarations beside the world's, for a guest that imports "llmhost": a jsconfig.json `paths` entry
+    # `"llmhost": ["OUT/llmhost"]` makes editors complete it (docs/js-sdk.md).
+    (output / SDK_NAME).mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(sdk_dir() / "index.d.ts", output / SDK_NAME / "index.d.ts")
     return output

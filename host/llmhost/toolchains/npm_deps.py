@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +25,9 @@ from llmhost.toolchains.errors import BuildError
 ESBUILD_VERSION = "0.28.2"
 LOCK_FILE = "package-lock.json"
 EXTERNAL = ("llmhost:*", "wasi:*")
+# How often a long npm install says it is still at work: npm prints nothing to a pipe for a minute or more (the first
+# componentize-js install takes ~80 s), which reads like a hang.
+PROGRESS_EVERY_S = 10.0
 _UNRESOLVED = re.compile(r'Could not resolve "(?:node:)?([^"]+)"\s+(\S+?):\d+:\d+:')
 
 
@@ -56,11 +60,31 @@ def _npm() -> str:
     return found
 
 
-def _run(command: list[str], what: str, cwd: Path | None = None) -> None:
-    result = subprocess.run(command, capture_output=True, text=True, check=False, cwd=cwd)
-    if result.returncode != 0:
-        tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-8:])
-        raise BuildError(f"{what} failed:\n{tail}")
+def run_with_progress(
+    command: list[str], what: str, note: Callable[[str], None] | None, cwd: Path | None = None, lines: int = 8
+) -> None:
+    """Run `command`; every PROGRESS_EVERY_S seconds it runs, `note("still WHAT (N s) …")`. A failure raises
+    `BuildError` with the last `lines` of its output."""
+    started = time.monotonic()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(command, stdout=out, stderr=err, text=True, cwd=cwd)
+        while True:
+            try:
+                code = process.wait(timeout=PROGRESS_EVERY_S)
+                break
+            except subprocess.TimeoutExpired:
+                if note is not None:
+                    note(f"still {what} ({time.monotonic() - started:.0f} s) …")
+        if code != 0:
+            out.seek(0)
+            err.seek(0)
+            text = err.read() or out.read()
+            tail = "\n".join(text.strip().splitlines()[-lines:])
+            raise BuildError(f"{what} failed:\n{tail}")
+
+
+def _run(command: list[str], what: str, cwd: Path | None = None, note: Callable[[str], None] | None = None) -> None:
+    run_with_progress(command, what, note, cwd)
 
 
 def install(app_dir: Path, dependencies: dict[str, str], cache_dir: Path, note: Callable[[str], None] | None) -> Path:
@@ -69,7 +93,8 @@ def install(app_dir: Path, dependencies: dict[str, str], cache_dir: Path, note: 
     if (target / "node_modules" / ".llmhost-complete").is_file():
         return target
     if note is not None:
-        note(f"installing the guest's npm dependencies ({', '.join(dependencies)}) …")
+        what = f"the guest's npm dependencies ({', '.join(dependencies)})" if dependencies else "esbuild"
+        note(f"installing {what} …")
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".installing-") as tmp:
         staging = Path(tmp)
@@ -79,7 +104,7 @@ def install(app_dir: Path, dependencies: dict[str, str], cache_dir: Path, note: 
         for name in (LOCK_FILE, ".npmrc"):
             if (app_dir / name).is_file():
                 shutil.copyfile(app_dir / name, staging / name)
-        _run([_npm(), "install", "--no-audit", "--no-fund"], f"npm install of {app_dir}'s dependencies", staging)
+        _run([_npm(), "install", "--no-audit", "--no-fund"], f"installing {app_dir}'s npm dependencies", staging, note)
         (staging / "node_modules" / ".llmhost-complete").write_text("")
         if not target.exists():
             os.replace(staging, target)
@@ -87,11 +112,13 @@ def install(app_dir: Path, dependencies: dict[str, str], cache_dir: Path, note: 
     return target
 
 
-def bundle(app_js: Path, installed: Path, output: Path) -> None:
-    """app.js and what it imports as one ES module at `output`."""
+def bundle(app_js: Path, installed: Path, output: Path, aliases: dict[str, Path] | None = None) -> None:
+    """app.js and what it imports as one ES module at `output`; `aliases` maps an import name to the folder that
+    provides it (the JavaScript SDK: `"llmhost"`), whatever the guest installed."""
     esbuild = installed / "node_modules" / ".bin" / "esbuild"
     command = [str(esbuild), str(app_js), "--bundle", "--format=esm", "--platform=neutral", f"--outfile={output}"]
     command += ["--main-fields=module,main", "--log-level=error", *(f"--external:{e}" for e in EXTERNAL)]
+    command += [f"--alias:{name}={folder.resolve()}" for name, folder in (aliases or {}).items()]
     env = {**os.environ, "NODE_PATH": str(installed / "node_modules")}
     result = subprocess.run(command, capture_output=True, text=True, check=False, env=env, cwd=app_js.parent)
     if result.returncode == 0:
@@ -117,3 +144,21 @@ def bundle(app_js: Path, installed: Path, output: Path) -> None:
 def _package_of(file: str) -> str:
     parts = file.split("node_modules/")[-1].split("/")
     return "/".join(parts[:2]) if parts[0].startswith("@") else parts[0]
+
+
+def summary(app_dir: Path, component: Path, cache_dir: Path) -> str:
+    """`llmhost build`'s last line for a JavaScript guest: the component's size and the npm packages bundled into
+    it, each at the version installed (node_modules/NAME/package.json)."""
+    size = f"{component.stat().st_size / 1024 / 1024:.1f} MB"
+    dependencies = declared(app_dir)
+    if dependencies is None:
+        return size
+    modules = cache_dir / "js-deps" / key(app_dir, dependencies) / "node_modules"
+    bundled = []
+    for name in sorted(dependencies):
+        try:
+            version = json.loads((modules / name / "package.json").read_text(encoding="utf-8"))["version"]
+        except (OSError, ValueError, KeyError, TypeError):
+            version = dependencies[name]  # (not installed where expected: the declared range)
+        bundled.append(f"{name} {version}")
+    return f"{size}, with {', '.join(bundled)}"

@@ -29,7 +29,10 @@ APP_MODULE = "app"  # the guest's entry module: `app.py` defining `class WitWorl
 COMPONENTIZE_PY = "componentize-py"
 # Build products and tool caches in an app dir: not sources, and they change between identical builds.
 IGNORED_DIRS = {"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".git"}
-IGNORED_SUFFIXES = {".pyc", ".pyo", ".wasm"}
+# Not sources: byte code, built components, and documentation (a template's README names its own directory, so a
+# copy of one would otherwise never hit the cache; tests build templates every run).
+IGNORED_SUFFIXES = {".pyc", ".pyo", ".wasm", ".md"}
+IGNORED_NAMES = {"llmhost.toml"}  # the host's config beside a guest (its grants): read when it runs, not built in
 
 
 # Every guest `llmhost build` produces starts with this prelude. componentize-py's `sys.stdout`/`sys.stderr` write
@@ -129,7 +132,8 @@ def _tool_version(tool: str) -> str:
 def _source_files(root: Path) -> Iterator[Path]:
     for path in sorted(root.rglob("*")):
         relative = path.relative_to(root)
-        if path.is_file() and not IGNORED_DIRS.intersection(relative.parts) and path.suffix not in IGNORED_SUFFIXES:
+        ignored = path.suffix in IGNORED_SUFFIXES or path.name in IGNORED_NAMES
+        if path.is_file() and not IGNORED_DIRS.intersection(relative.parts) and not ignored:
             yield path
 
 
@@ -177,9 +181,7 @@ def build_component(
     tool = componentize_py()
     wit = wit or wit_dir()  # another WIT directory, e.g. wit/0.1.0 to build a guest of the previous version
     declared = deps.declared(app_dir)
-    if declared is not None and upgrade:
-        deps.remove_cached(cache_dir or default_cache_dir(), declared)
-    site = None if declared is None else deps.install(declared, cache_dir or default_cache_dir(), note)
+    site = None if declared is None else deps.install(declared, cache_dir or default_cache_dir(), note, upgrade)
     cached = cached_build(app_dir, wit, world, tool, cache_dir, site)
     if not cached.is_file():
         started = time.monotonic()
@@ -192,7 +194,7 @@ def build_component(
             documented.write_bytes(with_docs(cached.read_bytes(), docs_of(app_dir)))
             os.replace(documented, cached)
         if note is not None:
-            bundled = f", with {', '.join(declared.requirements)}" if declared is not None else ""
+            bundled = f", with {', '.join(deps.bundled(site))}" if site is not None else ""
             size = cached.stat().st_size / 1024 / 1024
             note(f"built {app_dir} in {time.monotonic() - started:.1f} s ({size:.1f} MB{bundled})")
     output.parent.mkdir(parents=True, exist_ok=True)

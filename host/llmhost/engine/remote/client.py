@@ -60,6 +60,7 @@ class RemoteModel:
         self.cache_dir = cache_dir
         self._vocab: LlamaVocab | None = None
         self._vocab_lock = threading.Lock()
+        self._server_counts = True  # the server's tokenize endpoint counts prompts (`counts_prompts`) and answers
         self._http: Any = None
 
     # --- requests ----------------------------------------------------------------------------------------
@@ -157,16 +158,39 @@ class RemoteModel:
                 self._vocab = LlamaVocab(resolve_model_path(self.name, self.config, self.cache_dir), self.name)
             return self._vocab
 
+    def _counting_vocab(self) -> LlamaVocab | None:
+        """The vocabulary that counts a prompt's tokens: the server's endpoint instead (None) where it counts as the
+        host does and nothing loaded the vocabulary yet."""
+        return self._vocab if self.kind.counts_prompts and self._server_counts else self.vocab()
+
     def check_length(self, what: str, text: str, room: int) -> None:
         """Refuse a text too long for `room` tokens before tokenizing it (or sending it anywhere)."""
-        vocab = self.vocab()
+        vocab = self._counting_vocab()
         per_token = vocab.max_token_bytes() if vocab is not None else MAX_BYTES_PER_TOKEN
         check_text_length(what, len(text), room, self.config.context_length, per_token)
 
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
-        vocab = self.vocab()
+        # Without the beginning-of-sequence token (a sequence's later appends) only the vocabulary tokenizes exactly.
+        vocab = self._counting_vocab() if add_special else self.vocab()
         if vocab is not None:
             return vocab.tokenize(text, add_special)
+        if self.kind.counts_prompts and add_special and self._server_counts:
+            try:
+                return self._server_tokens(text, add_special)
+            except EngineError:
+                if self.vocab() is None:
+                    raise
+                # An app without the endpoint (openai-compat before it had one): count here from now on.
+                self._server_counts = False
+                return self.tokenize(text, add_special)
+        return self._server_tokens(text, add_special)
+
+    def _server_tokens(self, text: str, add_special: bool) -> list[int]:
+        if self.kind.counts_prompts and not add_special:  # its endpoint always adds that token
+            raise InvalidInput(
+                f"model {self.name!r} runs on a {self.config.server} server, whose tokenize endpoint counts prompts "
+                f"only: set `models.{self.name}.path` to the model's GGUF file to tokenize here"
+            )
         if self.kind.tokenize_path is None:
             raise InvalidInput(
                 f"model {self.name!r} runs on a {self.config.server} server, which has no tokenize endpoint: set "
@@ -177,6 +201,8 @@ class RemoteModel:
             body.update(model=self.remote_name, add_special_tokens=add_special)
         elif self.config.server == "llama-cpp-server":
             body.update(add_special=add_special, parse_special=True)
+        elif self.config.server == "llmhost":
+            body["model"] = self.remote_name
         tokens = self.post_json(self.kind.tokenize_path, body).get("tokens")
         if not isinstance(tokens, list):
             raise EngineError(f"the tokenize endpoint of model {self.name!r} returned no token list")
@@ -250,7 +276,7 @@ class RemoteModel:
             extra["min_p"] = 0.0
         if kind.repeat_field is not None:
             extra[kind.repeat_field] = params.repeat_penalty
-            if server in ("llama-cpp-server",):
+            if server in ("llama-cpp-server", "llmhost"):
                 extra["repeat_last_n"] = params.repeat_penalty_last_n_token_count
         if constraint is not None:
             extra.update(constraint_fields(server, constraint))

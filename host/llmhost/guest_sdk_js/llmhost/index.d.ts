@@ -1,0 +1,297 @@
+// TypeScript declarations of the llmhost JavaScript SDK (index.js), for editors: point `paths` (tsconfig/jsconfig)
+// at this file, e.g. { "compilerOptions": { "paths": { "llmhost": ["<site-packages>/llmhost/guest_sdk/js/llmhost"] } } }
+// (`python -c "import llmhost, pathlib; print(pathlib.Path(llmhost.__file__).parent / 'guest_sdk/js/llmhost')"`).
+
+export declare const DEFAULT_MODEL: "gemma-3-270m";
+export declare const DEFAULT_CHAT_MODEL: "smollm2-135m";
+export declare const DEFAULT_EMBEDDING_MODEL: "all-minilm-l6-v2";
+
+/** A WIT `llm.error`: `kind` is the case, `message` the host's text. */
+export declare class LlmError extends Error {
+  readonly kind: "invalid-input" | "model-not-supported" | "runtime-error" | string;
+  constructor(kind: string, message?: string);
+}
+/** WIT `error::invalid-input`: bad parameters, a prompt too long for the window... */
+export declare class InvalidInput extends LlmError {
+  readonly kind: "invalid-input";
+  constructor(message?: string);
+}
+/** WIT `error::model-not-supported`: the host has no such model configured. */
+export declare class ModelNotSupported extends LlmError {
+  readonly kind: "model-not-supported";
+  constructor(message?: string);
+}
+/** WIT `error::runtime-error`: the engine failed (the Python SDK's RuntimeError_). */
+export declare class RuntimeError extends LlmError {
+  readonly kind: "runtime-error";
+  constructor(message?: string);
+}
+export declare class KvError extends Error {
+  readonly kind: "no-such-store" | "access-denied" | "quota" | "other";
+  constructor(kind: KvError["kind"], message?: string);
+}
+export type HttpErrorKind = "denied" | "invalid-request" | "timeout" | "too-large" | "connection";
+export declare class HttpError extends Error {
+  readonly kind: HttpErrorKind;
+  constructor(kind: HttpErrorKind, message: string);
+}
+export declare class ConfigError extends Error {
+  readonly kind: "upstream" | "io";
+  constructor(kind: "upstream" | "io", message: string);
+}
+
+export type FinishReason = "stop" | "length" | "content-filter" | "tool-calls";
+export interface Usage {
+  promptTokens: number;
+  generatedTokens: number;
+}
+export interface TopLogprob {
+  tokenId: number;
+  bytes: Uint8Array;
+  logprob: number;
+}
+export interface TokenLogprob extends TopLogprob {
+  top: TopLogprob[];
+}
+
+/** Options of `infer`, `inferStream`, `chat`, `chatStream`: each one not given takes the host's default for the model
+ * (WIT `default-params`). At most one of `jsonSchema`, `jsonObject`, `regex`, `grammar`, `choice`. */
+export interface InferOptions {
+  model?: string;
+  /** 100 by default; null: no budget. */
+  maxTokens?: number | null;
+  repeatPenalty?: number;
+  repeatPenaltyLastNTokenCount?: number;
+  stop?: string | string[];
+  temperature?: number;
+  topK?: number;
+  topP?: number;
+  seed?: number | bigint | null;
+  /** How many alternatives to report per generated token (0: only the chosen token's). */
+  logprobs?: number | null;
+  frequencyPenalty?: number;
+  presencePenalty?: number;
+  /** token id -> bias */
+  logitBias?: Record<number, number> | Map<number, number>;
+  jsonSchema?: string | object;
+  jsonObject?: boolean;
+  regex?: string;
+  grammar?: string;
+  choice?: string[];
+}
+export type Params = Required<Omit<InferOptions, "model" | "jsonSchema" | "jsonObject" | "regex" | "grammar" | "choice">>;
+export declare function defaults(model?: string): Params;
+
+export declare class Completion {
+  readonly text: string;
+  readonly finishReason: FinishReason;
+  readonly usage: Usage;
+  readonly logprobs: TokenLogprob[];
+  toString(): string;
+}
+export declare class Chunk {
+  readonly text: string;
+  readonly tokenIds: number[];
+  readonly usage: Usage;
+  readonly logprobs: TokenLogprob[];
+}
+export declare class Done {
+  readonly finishReason: FinishReason;
+  readonly usage: Usage;
+}
+export declare class ToolCallDelta {
+  readonly index: number;
+  readonly id: string | null;
+  readonly name: string | null;
+  readonly arguments: string;
+}
+export declare class ToolCall {
+  readonly id: string;
+  readonly name: string;
+  /** JSON text */
+  readonly arguments: string;
+  /** The arguments, parsed. */
+  readonly args: unknown;
+}
+export declare class ChatReply {
+  readonly content: string | null;
+  readonly toolCalls: ToolCall[];
+  readonly finishReason: FinishReason;
+  readonly usage: Usage;
+  readonly logprobs: TokenLogprob[];
+  /** `content`, or "" when the reply only calls tools. */
+  readonly text: string;
+  toString(): string;
+}
+declare class Events<T> implements Iterable<T> {
+  /** How the stream ended: set once it is read to the end. */
+  readonly done: Done | null;
+  /** The text of the chunks read so far. */
+  readonly text: string;
+  /** The next item, or undefined at the end. */
+  read(): T | undefined;
+  [Symbol.iterator](): Iterator<T>;
+  /** Calls `callback` for every item; returns `done`. */
+  forEach(callback: (item: T) => void): Done | null;
+  /** Drops the stream, which cancels the generation. */
+  close(): void;
+}
+export declare class Stream extends Events<Chunk> {}
+export declare class ChatStream extends Events<Chunk | ToolCallDelta> {}
+
+export type Role = "system" | "user" | "assistant" | "tool";
+export interface ToolCallInput {
+  id?: string;
+  name?: string;
+  arguments?: string | object;
+  function?: { name: string; arguments?: string | object };
+}
+export type Message =
+  | { role: Role; content?: string | null; toolCalls?: ToolCallInput[]; toolCallId?: string; tool_calls?: ToolCallInput[]; tool_call_id?: string }
+  | [Role, string];
+export type Tool =
+  | { name: string; description?: string; parameters?: object | string }
+  | { type: "function"; function: { name: string; description?: string; parameters?: object | string } };
+export interface ChatOptions extends InferOptions {
+  tools?: Tool[];
+  /** "auto" (the default), "none", "required", a tool's name, or { name } */
+  toolChoice?: "auto" | "none" | "required" | string | { name: string };
+}
+export interface ModelInfo {
+  name: string;
+  contextLength: number;
+  vocabSize: number;
+}
+export type Embeddings = number[][] & { usage: Usage };
+
+// Names the namespaces re-export (llm.Stream, kv.KvError...), as index.js's modules do.
+type _Completion = Completion;
+declare const _Completion: typeof Completion;
+type _Chunk = Chunk;
+declare const _Chunk: typeof Chunk;
+type _Done = Done;
+declare const _Done: typeof Done;
+type _ToolCall = ToolCall;
+declare const _ToolCall: typeof ToolCall;
+type _ToolCallDelta = ToolCallDelta;
+declare const _ToolCallDelta: typeof ToolCallDelta;
+type _ChatReply = ChatReply;
+declare const _ChatReply: typeof ChatReply;
+type _Stream = Stream;
+declare const _Stream: typeof Stream;
+type _ChatStream = ChatStream;
+declare const _ChatStream: typeof ChatStream;
+type _KvError = KvError;
+declare const _KvError: typeof KvError;
+type _HttpError = HttpError;
+declare const _HttpError: typeof HttpError;
+type _ConfigError = ConfigError;
+declare const _ConfigError: typeof ConfigError;
+
+export declare namespace llm {
+  export function infer(prompt: string, options?: InferOptions): Completion;
+  export function inferStream(prompt: string, options?: InferOptions, onChunk?: (chunk: Chunk) => void): Stream;
+  /** The Python SDK's name for `inferStream`. */
+  export function stream(prompt: string, options?: InferOptions, onChunk?: (chunk: Chunk) => void): Stream;
+  export function chat(messages: Iterable<Message>, options?: ChatOptions): ChatReply;
+  export function chatStream(
+    messages: Iterable<Message>,
+    options?: ChatOptions,
+    onItem?: (item: Chunk | ToolCallDelta) => void,
+  ): ChatStream;
+  export function applyChatTemplate(
+    messages: Iterable<Message>,
+    options?: { model?: string; tools?: Tool[]; addGenerationPrompt?: boolean },
+  ): string;
+  export function tokenize(text: string, options?: { model?: string }): number[];
+  export function modelInfo(model?: string): ModelInfo;
+  export function modelKind(model?: string): "base" | "instruct" | "embedding";
+  export function listModels(): ModelInfo[];
+  export function embed(texts: string | Iterable<string>, options?: { model?: string }): Embeddings;
+  export const EMBED_BATCH: number;
+  export type Completion = _Completion;
+  export type Chunk = _Chunk;
+  export type Done = _Done;
+  export type ToolCall = _ToolCall;
+  export type ToolCallDelta = _ToolCallDelta;
+  export type ChatReply = _ChatReply;
+  export type Stream = _Stream;
+  export type ChatStream = _ChatStream;
+  export const Completion: typeof _Completion;
+  export const Chunk: typeof _Chunk;
+  export const Done: typeof _Done;
+  export const ToolCall: typeof _ToolCall;
+  export const ToolCallDelta: typeof _ToolCallDelta;
+  export const ChatReply: typeof _ChatReply;
+  export const Stream: typeof _Stream;
+  export const ChatStream: typeof _ChatStream;
+}
+
+export declare namespace kv {
+  export class Store {
+    readonly name: string;
+    get(key: string): Uint8Array | null;
+    getText(key: string): string | null;
+    getJson(key: string): unknown;
+    set(key: string, value: Uint8Array | string): void;
+    setJson(key: string, value: unknown): void;
+    delete(key: string): void;
+    exists(key: string): boolean;
+    keys(): string[];
+    increment(key: string, delta?: number): number;
+  }
+  export function open(name?: string): Store;
+  export type KvError = _KvError;
+  export const KvError: typeof _KvError;
+}
+
+export declare namespace http {
+  export class Response {
+    readonly status: number;
+    readonly headerList: [string, string][];
+    readonly body: Uint8Array;
+    readonly headers: Record<string, string>;
+    readonly ok: boolean;
+    text(): string;
+    json(): unknown;
+  }
+  export interface RequestOptions {
+    headers?: Record<string, string> | [string, string][];
+    body?: Uint8Array | string | object;
+    timeoutS?: number;
+  }
+  /** The http-app world's response writer (wit/http.wit). */
+  export interface ResponseWriter {
+    start(status: number, headers: [string, string][]): void;
+    write(chunk: Uint8Array): void;
+    timeLeftMs(): bigint;
+  }
+  export interface WitResponse {
+    status: number;
+    headers: [string, string][];
+    body: Uint8Array;
+  }
+  export const MAX_BODY_BYTES: number;
+  export const WRITE_BYTES: number;
+  export const INLINE_BYTES: number;
+  export const KINDS: HttpErrorKind[];
+  export function request(method: string, url: string, options?: RequestOptions): Response;
+  export function get(url: string, options?: RequestOptions): Response;
+  export function post(url: string, options?: RequestOptions): Response;
+  export function respond(
+    writer: ResponseWriter,
+    status: number,
+    headers: Record<string, string> | [string, string][],
+    body: Uint8Array | string,
+  ): WitResponse;
+  export function writeAll(writer: ResponseWriter, data: Uint8Array | string): void;
+  export type HttpError = _HttpError;
+  export const HttpError: typeof _HttpError;
+}
+
+export declare namespace config {
+  export function get(name: string): string | null;
+  export function getAll(): Record<string, string>;
+  export type ConfigError = _ConfigError;
+  export const ConfigError: typeof _ConfigError;
+}

@@ -1,0 +1,109 @@
+"""`pylock.toml` (PEP 751) beside a Python guest: the exact packages its dependencies resolved to, so that every
+later build installs the same files (toolchains/deps.py writes it after a resolve and installs from it after).
+
+Each package is a wheel (name, version, the wheel's sha256), an sdist that llmhost builds into a pure wheel, or a
+local directory (`name @ file:../shared`, its path relative to the guest). `[tool.llmhost] requirements` records
+the declared requirements the lock was resolved for: a lock for other requirements is resolved again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from llmhost.toolchains.errors import BuildError
+
+LOCK_FILE = "pylock.toml"
+KINDS = ("wheel", "sdist", "directory")
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str
+    version: str | None  # None for a local directory
+    kind: str  # one of KINDS
+    file: str | None = None  # the wheel's or sdist's file name
+    url: str | None = None  # where it came from (for people: installs go by name, version and hash)
+    path: str | None = None  # a local directory, relative to the guest
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class Lock:
+    requirements: tuple[str, ...]  # the declared requirements it was resolved for
+    packages: tuple[Package, ...]
+    text: str = ""  # the file's text (part of the install's cache key)
+
+
+def read(app_dir: Path) -> Lock | None:
+    path = app_dir / LOCK_FILE
+    if not path.is_file():
+        return None
+    text = path.read_text(encoding="utf-8")
+    fix = "fix it, or delete it (or run `llmhost build --upgrade`) to resolve the dependencies again"
+    try:
+        data = tomllib.loads(text)
+        requirements = data.get("tool", {}).get("llmhost", {}).get("requirements")
+        if not isinstance(requirements, list) or not all(isinstance(r, str) for r in requirements):
+            raise ValueError("[tool.llmhost] requirements must be a list of requirement strings")
+        packages = tuple(_package(entry) for entry in data.get("packages", []))
+    except (tomllib.TOMLDecodeError, ValueError, TypeError, AttributeError, KeyError, IndexError) as error:
+        raise BuildError(f"{path}: {error} ({fix})") from None
+    return Lock(tuple(requirements), packages, text)
+
+
+def _package(entry: dict[str, object]) -> Package:
+    name, version = str(entry["name"]), entry.get("version")
+    if isinstance(entry.get("directory"), dict):
+        return Package(name, None, "directory", path=str(entry["directory"]["path"]))  # type: ignore[index]
+    wheels = entry.get("wheels")
+    source = wheels[0] if isinstance(wheels, list) and wheels else entry.get("sdist")
+    if not isinstance(source, dict) or not isinstance(version, str):
+        raise ValueError(f"package {name!r} needs a version and `wheels`, `sdist` or `directory`")
+    sha256 = source["hashes"]["sha256"]
+    kind = "wheel" if wheels else "sdist"
+    return Package(name, version, kind, str(source["name"]), source.get("url"), source.get("path"), sha256)
+
+
+def render(requirements: tuple[str, ...], packages: list[Package]) -> str:
+    q = json.dumps  # a JSON string is a TOML basic string
+    lines = ['lock-version = "1.0"', 'created-by = "llmhost"', 'requires-python = "==3.14.*"', ""]
+    lines.append("# Written by `llmhost build` (resolved for the guest's CPython 3.14 on WASI); `llmhost build")
+    lines.append("# --upgrade` resolves again. Commit it: every build installs exactly these files.")
+    lines += ["[tool.llmhost]", f"requirements = [{', '.join(q(r) for r in requirements)}]", ""]
+    for package in sorted(packages, key=lambda p: p.name.lower()):
+        lines += ["[[packages]]", f"name = {q(package.name)}"]
+        if package.kind == "directory":
+            lines += [f"directory = {{ path = {q(package.path)} }}", ""]
+            continue
+        lines.append(f"version = {q(package.version)}")
+        where = f"path = {q(package.path)}" if package.path else f"url = {q(package.url)}"
+        source = f"{{ name = {q(package.file)}, {where}, hashes = {{ sha256 = {q(package.sha256)} }} }}"
+        lines += [f"wheels = [{source}]" if package.kind == "wheel" else f"sdist = {source}", ""]
+    return "\n".join(lines)
+
+
+def write(app_dir: Path, text: str) -> bool:
+    """Write the lock atomically; False when the guest's directory is read-only (the build goes on without)."""
+    path = app_dir / LOCK_FILE
+    try:
+        partial = path.with_name(f".{LOCK_FILE}.{os.getpid()}.tmp")
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, path)
+    except OSError:
+        return False
+    return True
+
+
+def located(app_dir: Path, url: str) -> tuple[str | None, str | None]:
+    """(url, path) for the lock: a file inside the guest's directory by its relative path, anything else by URL."""
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        local = Path(unquote(parts.path))
+        if local.is_relative_to(app_dir.resolve()):
+            return None, local.relative_to(app_dir.resolve()).as_posix()
+    return url, None
