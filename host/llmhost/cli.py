@@ -20,6 +20,7 @@ import click
 if TYPE_CHECKING:
     from llmhost.api import Host
     from llmhost.config import HostConfig
+    from llmhost.serve.config import ServeSettings
 
 EXIT_EXPECTED_ERROR = 2
 # Exceptions that are the user's to fix, by module: reported in one line, never with a traceback.
@@ -362,13 +363,11 @@ def serve(
     Every request gets a fresh sandboxed instance; SIGINT/SIGTERM stop accepting, let in-flight requests finish
     (bounded by `shutdown-grace-s`) and exit 0.
     """
-    from llmhost.serve import run, settings_for
+    from llmhost.serve import run
 
-    if app is None and config_path is None and settings.config_path is None:
-        raise click.UsageError("give APP.wasm, or an app config with -c/--config")
-    _pull_for(settings, config_path, pull)
-    path = config_path or settings.config_path
-    serve_settings = settings_for(path, app, listen, settings.cache_dir, note=_note)
+    serve_settings = _server_settings(
+        settings, app, config_path, listen, pull, "give APP.wasm, or an app config with -c/--config"
+    )
     sys.exit(run(serve_settings, log_level, watch))
 
 
@@ -397,14 +396,30 @@ def mcp(
     other caller's.
     """
     from llmhost.mcp.server import run
+
+    missing = "give APP.wasm or a guest directory, or an app config with -c/--config"
+    serve_settings = _server_settings(settings, app, config_path, listen, pull, missing, routed=False)
+    sys.exit(run(serve_settings, stdio=listen is None, log_level=log_level, watch=watch))
+
+
+def _server_settings(
+    settings: Settings,
+    app: Path | None,
+    config_path: Path | None,
+    listen: str | None,
+    pull: bool,
+    missing: str,
+    routed: bool = True,
+) -> ServeSettings:
+    """serve's and mcp's settings: APP and/or the app config (`missing`: the usage error when neither is given),
+    their `--pull` first."""
     from llmhost.serve import settings_for
 
     if app is None and config_path is None and settings.config_path is None:
-        raise click.UsageError("give APP.wasm or a guest directory, or an app config with -c/--config")
+        raise click.UsageError(missing)
     _pull_for(settings, config_path, pull)
     path = config_path or settings.config_path
-    serve_settings = settings_for(path, app, listen, settings.cache_dir, routed=False, note=_note)
-    sys.exit(run(serve_settings, stdio=listen is None, log_level=log_level, watch=watch))
+    return settings_for(path, app, listen, settings.cache_dir, routed=routed, note=_note)
 
 
 def _pull_for(settings: Settings, config_path: Path | None, pull: bool) -> None:
