@@ -419,6 +419,7 @@ def sequences_rows(f: ModelFigures) -> list[str]:
 # redo them, so they are carried over from the file it replaces, unchanged.
 GPU_MEASURED = "## GPU (measured)"
 CPU_HISTORY = "## CPU before and after the host-speed work (issue 37)"
+MAKE_TEST_TIME = "## `make test` time (issue 59)"  # measured by `make test` itself, on several machine kinds
 
 
 def kept_sections(path: Path, titles: tuple[str, ...]) -> dict[str, list[str]]:
@@ -449,7 +450,8 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=96, help="back-to-back (d),(e) pairs for the streaming ratio")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args()
-    kept = kept_sections(args.out, (GPU_MEASURED, CPU_HISTORY))  # read before this run replaces the file
+    # read before this run replaces the file
+    kept = kept_sections(args.out, (GPU_MEASURED, CPU_HISTORY, MAKE_TEST_TIME))
     steal_start, total_start = cpu_times()
 
     model_config = ModelConfig(threads=THREADS, n_gpu_layers=N_GPU_LAYERS, context_length=CONTEXT, prefix_cache=False)
@@ -620,6 +622,7 @@ def main() -> int:
             "the ratios compare variants measured side by side, interleaved).",
         )
         lines.insert(7, "")
+    lines += kept.get(MAKE_TEST_TIME, [])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     # Charts from the tables above, next to the markdown (matplotlib, a dev dependency).
     lines += plots.charts_section(plots.draw("\n".join(lines), args.out.parent))

@@ -7,6 +7,7 @@ reuse is always safe). The fixtures work for any `HostConfig`: tests/e2e uses th
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,10 +20,11 @@ from llmhost import App, FakeEngineConfig, Host, HostConfig, build_component
 from probe_driver import ProbeOutcome, run_probe
 
 REPO = Path(__file__).resolve().parents[1]
-# Tests compile every guest with Cranelift up front (as before fast-first existed), so timing-sensitive tests never
-# run Winch code or compete with background compiles; tests/integration/test_devloop.py tests fast-first itself.
-# Set in the environment so that `llmhost` processes the tests start inherit it.
-os.environ.setdefault("LLMHOST_COMPILE_STRATEGY", "optimized")
+# Tests compile guests the way CI should: "fast" (Winch, ~2 s against ~15-25 s for Cranelift, and no background
+# compile competing with the tests; Cranelift code a warm cache has is used). Dozens of guests are compiled in a clean
+# run, and none of them runs long. test_compile_reaped.py, test_components.py and test_devloop.py test the other
+# strategies. Set in the environment so that `llmhost` processes the tests start inherit it.
+os.environ.setdefault("LLMHOST_COMPILE_STRATEGY", "fast")
 GUEST_SOURCES = {
     "probe": REPO / "tests" / "guests" / "probe",
     "hello": REPO / "guest-examples" / "hello",
@@ -59,6 +61,41 @@ HTTP_GUEST_SOURCES = {
 def llmhost_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shared = os.environ.get("LLMHOST_TEST_CACHE_DIR")
     return Path(shared) if shared else tmp_path_factory.mktemp("llmhost-cache")
+
+
+def prebuild_jobs() -> list[tuple[Path, str | None, Path | None]]:
+    """(source, world, wit) of every guest the session fixtures build, then every other guest directory of the
+    repository as it is (each test that copies one builds the same sources)."""
+    jobs: list[tuple[Path, str | None, Path | None]] = [
+        *((source, None, GUEST_WIT.get(name)) for name, source in GUEST_SOURCES.items()),
+        *((source, "http-app", None) for source in HTTP_GUEST_SOURCES.values()),
+        *((source, None, None) for source in TOOL_GUEST_SOURCES.values()),
+    ]
+    listed = {source for source, _, _ in jobs}
+    for root in (REPO / "guest-examples", REPO / "tests" / "guests"):
+        for source in sorted(root.iterdir()):
+            if source not in listed and ((source / "app.py").is_file() or (source / "app.js").is_file()):
+                jobs.append((source, None, None))
+    return jobs
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prebuilt_guests(llmhost_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """With $LLMHOST_TEST_PREBUILD (`make test` sets it): every guest of the repository is built first, two at a
+    time, into the build cache. componentize-py and componentize-js use one core each, and a clean run's ~70 builds
+    (~7 s each here) would otherwise run one by one wherever a test first needs them; with a warm cache this is a
+    lookup per guest. A build that fails is left to the test that needs it, which reports it."""
+    if not os.environ.get("LLMHOST_TEST_PREBUILD"):
+        return
+    out = tmp_path_factory.mktemp("prebuilt")
+
+    def build(index: int, source: Path, world: str | None, wit: Path | None) -> None:
+        with contextlib.suppress(Exception):  # reported by the test that builds it
+            build_component(source, out / f"{index}.wasm", world, cache_dir=llmhost_cache_dir, wit=wit)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two cores
+        for future in [pool.submit(build, i, *job) for i, job in enumerate(prebuild_jobs())]:
+            future.result()
 
 
 @pytest.fixture(scope="session")

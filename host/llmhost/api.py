@@ -159,9 +159,14 @@ class Host:
             self._check_open()
             if self._wasm_engine is None or self._components is None:
                 self._wasm_engine = create_wasmtime_engine()
-                fast = create_wasmtime_engine("winch") if self.config.compile_strategy == "fast-first" else None
+                strategy = self.config.compile_strategy
+                fast = create_wasmtime_engine("winch") if strategy != "optimized" else None
                 self._components = ComponentCache(
-                    self._wasm_engine, self.config.cache_dir / "components", note=self._note, fast=fast
+                    self._wasm_engine,
+                    self.config.cache_dir / "components",
+                    note=self._note,
+                    fast=fast,
+                    optimize_later=strategy == "fast-first",
                 )
             return self._wasm_engine, self._components
 

@@ -314,11 +314,13 @@ def _default_models() -> dict[str, ModelConfig]:
     return {name: ModelConfig() for name in BUILTIN_MODELS}
 
 
-CompileStrategy = Literal["fast-first", "optimized"]
+CompileStrategy = Literal["fast-first", "optimized", "fast"]
+COMPILE_STRATEGIES: tuple[CompileStrategy, ...] = ("fast-first", "optimized", "fast")
 
 
 def _default_compile_strategy() -> CompileStrategy:
-    return "optimized" if os.environ.get("LLMHOST_COMPILE_STRATEGY") == "optimized" else "fast-first"
+    chosen = os.environ.get("LLMHOST_COMPILE_STRATEGY")
+    return next((strategy for strategy in COMPILE_STRATEGIES if strategy == chosen), "fast-first")
 
 
 class HostConfig(_Section):
@@ -331,7 +333,8 @@ class HostConfig(_Section):
     data_dir: Path = Field(default_factory=lambda: default_data_dir())
     key_value: dict[str, KeyValueStoreConfig] = Field(default_factory=default_stores)
     # "fast-first": a component without optimized code cached is compiled with Winch (seconds) and runs at once,
-    # Cranelift compiles it in the background for the next run; "optimized": always wait for Cranelift.
+    # Cranelift compiles it in the background for the next run; "optimized": always wait for Cranelift; "fast":
+    # Winch only, nothing in the background (CI and other short-lived runs, where a Cranelift compile never pays).
     # Default: $LLMHOST_COMPILE_STRATEGY, else "fast-first".
     compile_strategy: CompileStrategy = Field(default_factory=_default_compile_strategy)
     # `transfer-memory-mb`: host memory that byte lists handed into guests may take at once, all components together

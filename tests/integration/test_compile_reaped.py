@@ -1,5 +1,5 @@
-"""The background Cranelift compile that a fast-first load starts is reaped when it ends: it must not stay a zombie
-for the rest of the host's life (a server's whole life)."""
+"""Compile strategies. The background Cranelift compile that a fast-first load starts is reaped when it ends: it must
+not stay a zombie for the rest of the host's life (a server's whole life). "fast" starts none."""
 
 from __future__ import annotations
 
@@ -72,3 +72,37 @@ def test_the_background_compile_is_reaped_when_it_ends(tmp_path: Path) -> None:
         while state(pid) is not None and pid in children() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert state(pid) is None or pid not in children(), f"process {pid} is left in state {state(pid)}"
+
+
+def test_fast_compiles_with_winch_starts_nothing_and_uses_cranelift_code_already_cached(tmp_path: Path) -> None:
+    # "fast" (CI, short-lived runs): Winch only, no background compile; Cranelift code already cached is better and
+    # free, so it is used.
+    wasm = tmp_path / "app.wasm"
+    wasm.write_bytes(wat2wasm(RUN_ONLY))
+    notes: list[str] = []
+    before = children()
+    with Host(HostConfig(engine=FakeEngineConfig(), cache_dir=tmp_path / "cache", compile_strategy="fast"),
+              note=notes.append) as host:  # fmt: skip
+        app = host.load(wasm)
+        assert app.strategy == "winch" and app.cache_file.name.endswith(".winch.cwasm")
+        assert children() == before
+        optimized = app.cache_file.with_name(app.cache_file.name.replace(".winch.cwasm", ".cwasm"))
+        assert not optimized.exists() and not optimized.with_suffix(".compiling").exists()
+    assert any(note.startswith("fast compile (Winch)") for note in notes), notes
+    assert not any("background" in note for note in notes), notes
+
+    with Host(HostConfig(engine=FakeEngineConfig(), cache_dir=tmp_path / "cache", compile_strategy="optimized"),
+              note=lambda _: None) as host:  # fmt: skip
+        assert host.load(wasm).strategy == "cranelift"
+    with Host(HostConfig(engine=FakeEngineConfig(), cache_dir=tmp_path / "cache", compile_strategy="fast"),
+              note=lambda _: None) as host:  # fmt: skip
+        again = host.load(wasm)
+        assert again.strategy == "cranelift" and again.cache_file == optimized and not again.compiled
+
+
+def test_the_compile_strategy_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for strategy in ("fast-first", "optimized", "fast"):
+        monkeypatch.setenv("LLMHOST_COMPILE_STRATEGY", strategy)
+        assert HostConfig().compile_strategy == strategy
+    monkeypatch.setenv("LLMHOST_COMPILE_STRATEGY", "turbo")
+    assert HostConfig().compile_strategy == "fast-first"

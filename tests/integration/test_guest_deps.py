@@ -64,20 +64,24 @@ def test_a_rebuild_with_unchanged_dependencies_runs_no_pip(
     probe: Path, tmp_path: Path, llmhost_cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The app changes (so the component is built again), its dependencies do not: with every index unreachable, the
-    # build still succeeds from the cached install.
+    # build still succeeds from the cached install. The guest and its local package are copies elsewhere: the install
+    # is keyed by the requirements as written and the local package's contents, not by where they are.
     guest = tmp_path / "deps_probe"
     shutil.copytree(PROBE, guest)
     shutil.copytree(REPO / "tests" / "guests" / "deps_shared", tmp_path / "deps_shared")
     (guest / "app.py").write_text((PROBE / "app.py").read_text().replace('"hi"', '"again"'))
     declared = deps.declared(guest)
-    assert declared is not None and declared.key() != deps.declared(PROBE).key()  # type: ignore[union-attr]
-    # (the local package's absolute path is part of its requirement: install once from this copy first)
-    deps.install(declared, llmhost_cache_dir)
+    key = declared.key() if declared is not None else ""
+    assert key == deps.declared(PROBE).key()  # type: ignore[union-attr]
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "nowhere"))
     wasm = build_component(guest, tmp_path / "again.wasm", cache_dir=llmhost_cache_dir)
     assert run(wasm, llmhost_cache_dir)["shared"] == "AGAIN!"
+    # A change inside the local package is another install.
+    module = tmp_path / "deps_shared" / "shared_text" / "__init__.py"
+    module.write_text(module.read_text() + "\n# changed\n")
+    assert deps.declared(guest).key() != key  # type: ignore[union-attr]
 
 
 def test_a_package_that_needs_compiled_code_fails_the_build_naming_it(tmp_path: Path, llmhost_cache_dir: Path) -> None:

@@ -8,7 +8,8 @@ Fast first run: with a fast engine given (Wasmtime's baseline compiler, Winch: ~
 component that has no optimized (Cranelift) code cached yet is compiled with Winch and runs at once, while a
 low-priority background process compiles it with Cranelift into the cache; the next load uses that. Guest code
 in an LLM app spends its time waiting on the model, so the slower Winch code costs little on a first run
-(docs/benchmarks.md measures it).
+(docs/benchmarks.md measures it). Without the background compile ("fast"), Winch code is all a run uses unless
+Cranelift code is cached already.
 """
 
 from __future__ import annotations
@@ -75,9 +76,11 @@ class ComponentCache:
         directory: Path,
         note: Callable[[str], None] = stderr_note,
         fast: Engine | None = None,
+        optimize_later: bool = True,
     ) -> None:
         self._engine = engine
-        self._fast = fast  # a Winch engine: compile with it first, Cranelift in the background
+        self._fast = fast  # a Winch engine: compile with it when no Cranelift code is cached
+        self._optimize_later = optimize_later  # and then compile with Cranelift in the background
         self._directory = directory
         self._note = note
         # Components already in memory, by cache file: loading the same app again (a server reloading it, tests)
@@ -103,7 +106,8 @@ class ComponentCache:
             found = self._cached(fast_file, self._fast, "winch")
             if found is None:
                 found = self._compile(path, wasm, fast_file, self._fast, "winch")
-            start_optimizing(path, cache_file, self._note)
+            if self._optimize_later:
+                start_optimizing(path, cache_file, self._note)
             return found
         return self._compile(path, wasm, cache_file, self._engine, "cranelift")
 
@@ -122,9 +126,10 @@ class ComponentCache:
     def _compile(
         self, path: Path, wasm: bytes, cache_file: Path, engine: Engine, strategy: Strategy
     ) -> LoadedComponent:
-        what = (
-            "fast compile (Winch; optimized code is compiled in the background)" if strategy == "winch" else "compiling"
-        )
+        what = "compiling"
+        if strategy == "winch":
+            later = "; optimized code is compiled in the background" if self._optimize_later else ""
+            what = f"fast compile (Winch{later})"
         self._note(f"{what} {path.name} …")
         started = time.monotonic()
         component = Component(engine, wasm)

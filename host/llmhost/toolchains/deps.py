@@ -51,13 +51,17 @@ class Dependencies:
     declared: tuple[str, ...] = ()  # as the guest writes them (what the lock records)
 
     def key(self, lock: str = "") -> str:
-        digest = hashlib.sha256(json.dumps([GUEST_PYTHON, PLATFORMS, self.requirements, _pip_version()]).encode())
+        # Requirements as written (a local package relative to the guest) and the local folders' contents: a copy of
+        # the guest and its packages elsewhere reuses the install.
+        written = self.declared or self.requirements
+        digest = hashlib.sha256(json.dumps([GUEST_PYTHON, PLATFORMS, written, _pip_version()]).encode())
         digest.update(lock.encode())
         folders = [*self.find_links, *(Path(p) for p in _split_local(self.requirements)[1])]
         for folder in folders:
             for path in sorted(folder.rglob("*")) if folder.is_dir() else ():
-                if path.is_file() and not {"build", "dist", "__pycache__"}.intersection(path.parts):
-                    digest.update(path.name.encode() + hashlib.sha256(path.read_bytes()).digest())
+                relative = path.relative_to(folder)
+                if path.is_file() and not {"build", "dist", "__pycache__"}.intersection(relative.parts):
+                    digest.update(str(relative).encode() + hashlib.sha256(path.read_bytes()).digest())
         return digest.hexdigest()[:32]
 
 

@@ -24,7 +24,7 @@ rows = st.integers(1, 5000).flatmap(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(rows, st.integers(1, 300), st.sampled_from([0.0, 0.5, 0.999, 1.0]))
 def test_top_k_indices_are_the_k_highest_highest_first(row: np.ndarray, k: int, masked: float) -> None:
     """`masked`: the share of entries set to -inf (a constraint's mask); they are left out while others remain."""
@@ -50,7 +50,7 @@ def brute_greedy(row: np.ndarray, bias: list[tuple[int, float]], history: list[i
     return int(max(range(len(values)), key=lambda i: (values[i], -i)))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     rows.filter(lambda r: len(r) >= 4),
     st.lists(st.tuples(st.integers(0, 3), st.sampled_from([-100.0, -1.0, 0.5, 3.0])), max_size=3),
