@@ -7,7 +7,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -315,12 +315,11 @@ def _default_models() -> dict[str, ModelConfig]:
 
 
 CompileStrategy = Literal["fast-first", "optimized", "fast"]
-COMPILE_STRATEGIES: tuple[CompileStrategy, ...] = ("fast-first", "optimized", "fast")
 
 
 def _default_compile_strategy() -> CompileStrategy:
     chosen = os.environ.get("LLMHOST_COMPILE_STRATEGY")
-    return next((strategy for strategy in COMPILE_STRATEGIES if strategy == chosen), "fast-first")
+    return next((strategy for strategy in get_args(CompileStrategy) if strategy == chosen), "fast-first")
 
 
 class HostConfig(_Section):
