@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -116,12 +116,18 @@ class Server:
 
 @contextmanager
 def serving(
-    args: Sequence[str], cache_dir: Path, cwd: Path | None = None, nofile: int | None = None, command: str = "serve"
+    args: Sequence[str],
+    cache_dir: Path,
+    cwd: Path | None = None,
+    nofile: int | None = None,
+    command: str = "serve",
+    extra_env: Mapping[str, str] | None = None,
 ) -> Iterator[Server]:
     """Run `llmhost serve ARGS --listen 127.0.0.1:0` (or another `command`, e.g. `mcp`) until the block ends (then
-    SIGTERM). `nofile`: the server's RLIMIT_NOFILE, soft and hard."""
+    SIGTERM). `nofile`: the server's RLIMIT_NOFILE, soft and hard. `extra_env`: set in the server's environment."""
     env = {k: v for k, v in os.environ.items() if k not in ("LLMHOST_CONFIG", "LLMHOST_LISTEN")}
     env["LLMHOST_CACHE_DIR"] = str(cache_dir)
+    env.update(extra_env or {})
     argv = [LLMHOST, command, *args, "--listen", "127.0.0.1:0"]
 
     def limit_descriptors() -> None:

@@ -165,7 +165,7 @@ def test_an_absolute_form_target_is_served(server: Server) -> None:
     assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"hello")
 
 
-def test_sigterm_ends_every_request_within_the_grace(
+def test_sigterm_ends_every_request_within_the_grace_and_leaves_no_file(
     http_wasm: dict[str, Path], llmhost_cache_dir: Path, tmp_path: Path
 ) -> None:
     config = tmp_path / "llmhost.toml"
@@ -186,7 +186,9 @@ source = "{http_wasm["http_probe"]}"
 "/" = "probe"
 """
     )
-    with serving(["-c", str(config)], llmhost_cache_dir) as running:
+    temp = tmp_path / "tmp"  # the server's temporary files (each request captures its guest's output in two)
+    temp.mkdir()
+    with serving(["-c", str(config)], llmhost_cache_dir, extra_env={"TMPDIR": str(temp)}) as running:
         results: list[tuple[str, bytes]] = []
 
         def client(path: str) -> None:
@@ -199,6 +201,8 @@ source = "{http_wasm["http_probe"]}"
         for thread in threads:
             thread.start()
         time.sleep(1.5)
+        # The captured output's files have no name while the guests run: an exit mid-run cannot leave them.
+        assert not list(temp.glob("llmhost-output-*"))
         started = time.monotonic()
         running.process.send_signal(signal.SIGTERM)
         assert running.process.wait(timeout=30) == 0
@@ -206,6 +210,7 @@ source = "{http_wasm["http_probe"]}"
         for thread in threads:
             thread.join(timeout=10)
     assert elapsed < 4 + 2, elapsed
+    assert not list(temp.glob("llmhost-output-*"))  # the looping guest never returned, and left nothing behind
     by_path = dict(results)
     drip = by_path["/drip?n=1000&ms=50"]
     assert drip.startswith(b"HTTP/1.1 200") and drip.endswith(b"0\r\n\r\n")  # a clean end of the chunked body

@@ -11,6 +11,7 @@ a grant that does nothing, `sandbox_problems` names it and the host refuses the 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import tempfile
@@ -40,35 +41,60 @@ class CapturedOutput:
     Why not `WasiConfig.stdout_custom`: with wasmtime-py 50.0.1 a single guest write larger than 8192 bytes
     reaches a custom callback truncated to 8192 bytes, and the rest is lost without an error (seen with a
     componentize-py guest printing a 21 kB line). A file takes every byte.
+
+    The file's name is removed as soon as wasmtime has opened it (`wasi_config`): only the two open descriptors
+    keep it, so a process that ends mid-run (SIGTERM with a guest still looping, `kill -9`) leaves no file behind.
     """
 
     def __init__(self, sink: OutputSink) -> None:
         self._sink = sink
-        fd, self.path = tempfile.mkstemp(prefix="llmhost-output-")
-        os.close(fd)
+        self._fd, self.path = tempfile.mkstemp(prefix="llmhost-output-")
+        self._closed = False
+
+    def opened(self) -> None:
+        """wasmtime holds the file open now: its name can go (idempotent)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    def close(self) -> None:
+        """Remove the file and close it (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self.opened()
+            os.close(self._fd)
 
     def read_capped(self, limit: int, tail: int = 4096) -> tuple[bytes, bytes, int]:
         """(the first `limit` bytes, the last `tail` bytes, the total size) of what the guest wrote, read once
-        (the file is removed): memory stays bounded whatever the guest wrote."""
+        (the file is closed): memory stays bounded whatever the guest wrote."""
         try:
-            with open(self.path, "rb") as f:
-                head = f.read(limit)
-                size = os.fstat(f.fileno()).st_size
-                f.seek(max(len(head), size - tail))
-                end = f.read(tail)
+            size = os.fstat(self._fd).st_size
+            head = _read_at(self._fd, min(limit, size), 0)
+            start = max(len(head), size - tail)
+            end = _read_at(self._fd, size - start, start)
         finally:
-            os.unlink(self.path)
+            self.close()
         return head, end, size
 
     def deliver(self) -> None:
-        """Pass everything the guest wrote to the sink, once, and remove the file."""
+        """Pass everything the guest wrote to the sink, once, and close the file."""
         try:
-            with open(self.path, "rb") as f:
-                data = f.read()
+            data = _read_at(self._fd, os.fstat(self._fd).st_size, 0)
         finally:
-            os.unlink(self.path)
+            self.close()
         if data:
             self._sink(data)
+
+
+def _read_at(fd: int, size: int, offset: int) -> bytes:
+    """`size` bytes of `fd` from `offset` (fewer at its end), without moving its position."""
+    parts = []
+    while size > 0:
+        part = os.pread(fd, size, offset)
+        if not part:
+            break
+        parts.append(part)
+        size, offset = size - len(part), offset + len(part)
+    return b"".join(parts)
 
 
 def wasi_config(
@@ -84,10 +110,12 @@ def wasi_config(
         wasi.inherit_stdout()
     else:
         wasi.stdout_file = stdout.path
+        stdout.opened()
     if stderr is None:
         wasi.inherit_stderr()
     else:
         wasi.stderr_file = stderr.path
+        stderr.opened()
     if sandbox.env:
         wasi.env = list(sandbox.env.items())
     if sandbox.read_only_dir is not None:
