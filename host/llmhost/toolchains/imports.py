@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmhost.toolchains.errors import BuildError
+from llmhost.toolchains.world import parse
 
 # The modules every guest gets imported: the SDK's (its modules import others lazily, inside functions).
 SDK_MODULES = (
@@ -160,7 +161,7 @@ def scan(app_dir: Path, entry: str = "app") -> list[ImportSite]:
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
         where = path.relative_to(app_dir).as_posix()
         try:
-            tree = ast.parse(path.read_bytes(), filename=where)
+            tree = parse(path.read_bytes(), filename=where)  # one parse at a time (world.py says why)
         except SyntaxError as error:
             raise BuildError(f"{app_dir / where}:{error.lineno}: {error.msg} (a syntax error)") from None
         finder = _Finder(package, where, optional)

@@ -26,7 +26,7 @@ def _error(message: str) -> Exception:
     return BuildError(message)
 
 
-def parse(source: str, filename: str) -> ast.Module:
+def parse(source: str | bytes, filename: str) -> ast.Module:
     with _PARSE_LOCK:
         return ast.parse(source, filename=filename)
 
