@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,12 @@ IGNORED_DIRS = {"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".
 # copy of one would otherwise never hit the cache; tests build templates every run).
 IGNORED_SUFFIXES = {".pyc", ".pyo", ".wasm", ".md"}
 IGNORED_NAMES = {"llmhost.toml"}  # the host's config beside a guest (its grants): read when it runs, not built in
+# A guest's manifest (at its root) is keyed without the fields that only describe the project, for the same reason:
+# `llmhost new NAME` writes NAME into it, and nothing else there changes.
+PROJECT_FIELDS = {"name", "version", "description", "readme", "authors", "maintainers", "license", "keywords", "urls"}
+PACKAGE_FIELDS = {"name", "version", "description", "author", "contributors", "license", "keywords", "homepage", "bugs"}
+# file -> (the table holding the fields, "" for the top level; the fields)
+DESCRIPTIVE_FIELDS = {"pyproject.toml": ("project", PROJECT_FIELDS), "package.json": ("", PACKAGE_FIELDS)}
 
 
 # Every guest `llmhost build` produces starts with this prelude. componentize-py's `sys.stdout`/`sys.stderr` write
@@ -141,7 +149,27 @@ def digest_files(digest: Any, label: str, root: Path, paths: Iterable[Path]) -> 
     """Add each file's path (relative to `root`) and content to a build key's `digest` (every toolchain's key)."""
     for path in paths:
         digest.update(f"|{label}:{path.relative_to(root).as_posix()}:".encode())
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
+        content = manifest_content(path) if path.parent == root else None
+        digest.update(hashlib.sha256(content if content is not None else path.read_bytes()).digest())
+
+
+def manifest_content(path: Path) -> bytes | None:
+    """A root manifest's content without its descriptive fields (`DESCRIPTIVE_FIELDS`), as canonical JSON; None for
+    any other file, or a manifest that does not parse (keyed whole: its build fails and says why)."""
+    if path.name not in DESCRIPTIVE_FIELDS:
+        return None
+    table, fields = DESCRIPTIVE_FIELDS[path.name]
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, json.JSONDecodeError):
+        return None
+    described = data.get(table) if table else data
+    if not isinstance(data, dict) or not isinstance(described, dict):
+        return None
+    for field in fields:
+        described.pop(field, None)
+    return json.dumps(data, sort_keys=True).encode()
 
 
 def build_key(app_dir: Path, wit: Path, world: str, tool_version: str, site: Path | None = None) -> str:
