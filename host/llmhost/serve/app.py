@@ -210,6 +210,7 @@ class Exchange:
         self._held: HttpComponent | None = None  # the routed component, until its guest is started
         self.component = NO_COMPONENT  # the routed component's name (metrics)
         self.failure: str | None = None  # how its guest failed (`component.FAILURE_KINDS`), if it did
+        self._counted = False
 
     async def run(self) -> None:
         try:
@@ -217,12 +218,10 @@ class Exchange:
         finally:
             if self._held is not None:  # answered without running its guest (401, 408, 413, ...)
                 self._held.leave()
+            self._count()
             duration = time.monotonic() - self._arrived
             tokens = self._scope.tokens if self._scope is not None else 0
             status = self.status or CLIENT_CLOSED_STATUS
-            self._app.observer.request(self.component, status, duration)
-            if self.failure is not None:
-                self._app.observer.failure(self.component, self.failure)
             note = f" ({escape_controls(self.note)})" if self.note else ""  # a trap's reason is the guest's text
             _log.info(
                 "[%s] %s %s %d %.3fs tokens=%d%s",
@@ -376,7 +375,19 @@ class Exchange:
 
     async def _send_now(self, message: Message) -> None:
         async with self._send_lock:
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                self._count()  # before the last byte: a client that has its answer finds it in the metrics
             await self._send(message)
+
+    def _count(self) -> None:
+        """The request in the metrics, once: at its response's end, or when it ends without one (499)."""
+        if not self._counted:
+            self._counted = True
+            self._app.observer.request(
+                self.component, self.status or CLIENT_CLOSED_STATUS, time.monotonic() - self._arrived
+            )
+            if self.failure is not None:
+                self._app.observer.failure(self.component, self.failure)
 
     async def _read_body(self, limit: int) -> bytes | None:
         """The whole body, or None when it is over `limit` (or the client left)."""
