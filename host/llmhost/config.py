@@ -318,8 +318,14 @@ CompileStrategy = Literal["fast-first", "optimized", "fast"]
 
 
 def _default_compile_strategy() -> CompileStrategy:
-    chosen = os.environ.get("LLMHOST_COMPILE_STRATEGY")
-    return next((strategy for strategy in get_args(CompileStrategy) if strategy == chosen), "fast-first")
+    chosen = os.environ.get("LLMHOST_COMPILE_STRATEGY") or "fast-first"
+    for strategy in get_args(CompileStrategy):
+        if strategy == chosen:
+            return strategy
+    raise ConfigError(
+        f"LLMHOST_COMPILE_STRATEGY={chosen!r} is not a compile strategy: set it to one of "
+        f"{', '.join(get_args(CompileStrategy))}, or unset it"
+    )
 
 
 class HostConfig(_Section):

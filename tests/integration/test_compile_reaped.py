@@ -4,6 +4,8 @@ not stay a zombie for the rest of the host's life (a server's whole life). "fast
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import pytest
 from wasmtime import wat2wasm
 
 from llmhost import Host, HostConfig
-from llmhost.config import FakeEngineConfig
+from llmhost.config import ConfigError, FakeEngineConfig
 
 pytestmark = pytest.mark.wasm
 
@@ -104,5 +106,18 @@ def test_the_compile_strategy_comes_from_the_environment(monkeypatch: pytest.Mon
     for strategy in ("fast-first", "optimized", "fast"):
         monkeypatch.setenv("LLMHOST_COMPILE_STRATEGY", strategy)
         assert HostConfig().compile_strategy == strategy
-    monkeypatch.setenv("LLMHOST_COMPILE_STRATEGY", "turbo")
+    monkeypatch.setenv("LLMHOST_COMPILE_STRATEGY", "")
     assert HostConfig().compile_strategy == "fast-first"
+    monkeypatch.setenv("LLMHOST_COMPILE_STRATEGY", "turbo")
+    with pytest.raises(ConfigError, match=r"LLMHOST_COMPILE_STRATEGY='turbo' is not a compile strategy.*fast-first"):
+        HostConfig()
+
+
+def test_a_mistyped_compile_strategy_stops_the_cli_naming_the_fix(tmp_path: Path) -> None:
+    env = {**os.environ, "LLMHOST_COMPILE_STRATEGY": "optimised", "LLMHOST_CACHE_DIR": str(tmp_path)}
+    llmhost = str(Path(sys.executable).with_name("llmhost"))
+    guest = Path(__file__).resolve().parents[2] / "guest-examples" / "hello"  # refused before any build
+    done = subprocess.run([llmhost, "run", str(guest)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "LLMHOST_COMPILE_STRATEGY='optimised' is not a compile strategy" in done.stderr
+    assert "optimized" in done.stderr and "Traceback" not in done.stderr
