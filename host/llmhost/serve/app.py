@@ -221,7 +221,7 @@ class Exchange:
             self._count()
             duration = time.monotonic() - self._arrived
             tokens = self._scope.tokens if self._scope is not None else 0
-            status = self.status or CLIENT_CLOSED_STATUS
+            status = self.final_status
             note = f" ({escape_controls(self.note)})" if self.note else ""  # a trap's reason is the guest's text
             _log.info(
                 "[%s] %s %s %d %.3fs tokens=%d%s",
@@ -379,13 +379,16 @@ class Exchange:
                 self._count()  # before the last byte: a client that has its answer finds it in the metrics
             await self._send(message)
 
+    @property
+    def final_status(self) -> int:
+        """The status the client got (499: none, it left first), as the log and the metrics tell it."""
+        return self.status or CLIENT_CLOSED_STATUS
+
     def _count(self) -> None:
         """The request in the metrics, once: at its response's end, or when it ends without one (499)."""
         if not self._counted:
             self._counted = True
-            self._app.observer.request(
-                self.component, self.status or CLIENT_CLOSED_STATUS, time.monotonic() - self._arrived
-            )
+            self._app.observer.request(self.component, self.final_status, time.monotonic() - self._arrived)
             if self.failure is not None:
                 self._app.observer.failure(self.component, self.failure)
 

@@ -164,8 +164,10 @@ def manifest_content(path: Path) -> bytes | None:
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (UnicodeDecodeError, tomllib.TOMLDecodeError, json.JSONDecodeError):
         return None
+    if not isinstance(data, dict):
+        return None
     described = data.get(table) if table else data
-    if not isinstance(data, dict) or not isinstance(described, dict):
+    if not isinstance(described, dict):
         return None
     for field in fields:
         described.pop(field, None)
