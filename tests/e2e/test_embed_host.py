@@ -159,7 +159,11 @@ def test_sixteen_streams_batch_on_one_loop_as_sixteen_threads_do_without_a_threa
             await asyncio.gather(*(one(i) for i in range(16)))
 
     looped = mean_batch(lambda: asyncio.run(on_loop()))
-    assert looped >= 0.9 * threaded, (looped, threaded)  # they decode together as threads do
+    # They decode together as threads do. Both means vary run to run (3.4-4.0 of the 4 slots here, by when the
+    # next sequence joins after one ends), so the margin is wide; a thread held per generation would cap the loop's
+    # batch at the pool's 2 rows, and no batching at 1.
+    assert looped >= 0.75 * threaded, (looped, threaded)
+    assert looped > 1.25 * 2, (looped, threaded)
     # The pool (2), its closer and the model's stepping thread at most: no thread per waiting task.
     assert max(counts) - before_threads <= 2 + 1 + 1, (before_threads, counts)
 
