@@ -16,13 +16,12 @@ import re
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from llmhost.config import default_cache_dir
-from llmhost.toolchains import npm_deps
+from llmhost.toolchains import locks, npm_deps
 from llmhost.toolchains.errors import BuildError
 from llmhost.toolchains.python import digest_files
 
@@ -41,7 +40,6 @@ _RUN = re.compile(r"^\s*export\s+(?:async\s+)?function\s+run\b|^\s*export\s+(?:c
 # `import { llm } from "llmhost"` (or "llmhost/llm.js"): the guest uses the JavaScript SDK, which esbuild bundles in.
 _USES_SDK = re.compile(r"""(?:\bfrom|\bimport)\s*\(?\s*["']llmhost(?:/[^"']*)?["']""")
 SDK_NAME = "llmhost"
-_install_lock = threading.Lock()
 # `jco types` reads the WIT through WASI, and the preview2-shim that jco 1.35 resolves (0.26) preopens nothing, so
 # it finds no file: this runner gives it the host's root before starting jco's own command line.
 JCO_RUNNER = """\
@@ -82,7 +80,7 @@ def ensure_toolchain(cache_dir: Path | None = None, note: Callable[[str], None] 
     directory. A failed install leaves nothing half-installed behind."""
     node()
     target = toolchain_dir(cache_dir)
-    with _install_lock:
+    with locks.held(target):  # two first builds (threads or processes) install once
         for found in (target, toolchain_dir()):  # this cache's, else the default cache's (an earlier install)
             if (found / "node_modules" / COMPONENTIZE_JS / "package.json").is_file():
                 return found
@@ -200,40 +198,48 @@ def build_component(
     world = world or detect_world(app_dir)
     cached = (cache_dir or default_cache_dir()) / "guests" / f"js-{build_key(app_dir, wit, world)}.wasm"
     if not cached.is_file():
-        toolchain = ensure_toolchain(cache_dir, note)
-        started = time.monotonic()
-        if note is not None:
-            note(f"building {app_dir} ({world}) with componentize-js …")
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=cached.parent, suffix=".wasm.tmp")
-        os.close(fd)
-        scratch = Path(tempfile.mkdtemp(prefix="llmhost-bundle-"))
-        try:
-            cli = toolchain / "node_modules" / COMPONENTIZE_JS / "src" / "cli.js"
-            source = (app_dir / APP_FILE).resolve()
-            dependencies = npm_deps.declared(app_dir)
-            sdk = uses_sdk(app_dir)
-            if dependencies is not None or sdk:  # componentize-js takes one module: app.js bundled with its imports
-                installed = npm_deps.install(app_dir, dependencies or {}, cache_dir or default_cache_dir(), note)
-                npm_deps.bundle(source, installed, scratch / APP_FILE, {SDK_NAME: sdk_dir()} if sdk else None)
-                source = scratch / APP_FILE
-            command = [node(), str(cli), str(source), "--wit", str(wit.resolve()), "--world-name", world]
-            command += ["--disable", *DISABLED_FEATURES]
-            command += ["-o", tmp]
-            result = subprocess.run(command, capture_output=True, text=True, check=False, cwd=source.parent)
-            if result.returncode != 0:
-                tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-8:])
-                raise BuildError(f"componentize-js could not build {app_dir / APP_FILE} ({world}):\n{tail}")
-            os.replace(tmp, cached)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
-            shutil.rmtree(scratch, ignore_errors=True)
-        if note is not None:
-            summary = npm_deps.summary(app_dir, cached, cache_dir or default_cache_dir())
-            note(f"built {app_dir} in {time.monotonic() - started:.1f} s ({summary})")
+        with locks.held(cached):
+            if not cached.is_file():  # else another build of these sources finished it while this one waited
+                _build(app_dir, cached, world, wit, cache_dir, note)
     output.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(cached, output)
     return output
+
+
+def _build(
+    app_dir: Path, cached: Path, world: str, wit: Path, cache_dir: Path | None, note: Callable[[str], None] | None
+) -> None:
+    toolchain = ensure_toolchain(cache_dir, note)
+    started = time.monotonic()
+    if note is not None:
+        note(f"building {app_dir} ({world}) with componentize-js …")
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=cached.parent, suffix=".wasm.tmp")
+    os.close(fd)
+    scratch = Path(tempfile.mkdtemp(prefix="llmhost-bundle-"))
+    try:
+        cli = toolchain / "node_modules" / COMPONENTIZE_JS / "src" / "cli.js"
+        source = (app_dir / APP_FILE).resolve()
+        dependencies = npm_deps.declared(app_dir)
+        sdk = uses_sdk(app_dir)
+        if dependencies is not None or sdk:  # componentize-js takes one module: app.js bundled with its imports
+            installed = npm_deps.install(app_dir, dependencies or {}, cache_dir or default_cache_dir(), note)
+            npm_deps.bundle(source, installed, scratch / APP_FILE, {SDK_NAME: sdk_dir()} if sdk else None)
+            source = scratch / APP_FILE
+        command = [node(), str(cli), str(source), "--wit", str(wit.resolve()), "--world-name", world]
+        command += ["--disable", *DISABLED_FEATURES]
+        command += ["-o", tmp]
+        result = subprocess.run(command, capture_output=True, text=True, check=False, cwd=source.parent)
+        if result.returncode != 0:
+            tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-8:])
+            raise BuildError(f"componentize-js could not build {app_dir / APP_FILE} ({world}):\n{tail}")
+        os.replace(tmp, cached)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+    if note is not None:
+        summary = npm_deps.summary(app_dir, cached, cache_dir or default_cache_dir())
+        note(f"built {app_dir} in {time.monotonic() - started:.1f} s ({summary})")
 
 
 def bindings(app_dir: Path, output: Path, world: str | None, wit: Path, cache_dir: Path | None = None) -> Path:

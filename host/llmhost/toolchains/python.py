@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from llmhost.config import default_cache_dir
-from llmhost.toolchains import deps
+from llmhost.toolchains import deps, locks
 from llmhost.toolchains.errors import BuildError
 from llmhost.toolchains.imports import entry_source, snapshot_imports
 from llmhost.toolchains.wit_docs import WIT_DIR, docs_of, wit_files, with_docs
@@ -214,22 +214,37 @@ def build_component(
     site = None if declared is None else deps.install(declared, cache_dir or default_cache_dir(), note, upgrade)
     cached = cached_build(app_dir, wit, world, tool, cache_dir, site)
     if not cached.is_file():
-        started = time.monotonic()
-        if note is not None:
-            note(f"building {app_dir} ({world}) with componentize-py …")
-        with guest_wit(app_dir, wit) as world_wit:
-            _componentize(tool, app_dir, world_wit, world, cached, site)
-        if wit_files(app_dir):  # a compiled component keeps no doc comments: tool descriptions need them
-            documented = cached.with_suffix(".docs.tmp")
-            documented.write_bytes(with_docs(cached.read_bytes(), docs_of(app_dir)))
-            os.replace(documented, cached)
-        if note is not None:
-            bundled = f", with {', '.join(deps.bundled(site))}" if site is not None else ""
-            size = cached.stat().st_size / 1024 / 1024
-            note(f"built {app_dir} in {time.monotonic() - started:.1f} s ({size:.1f} MB{bundled})")
+        with locks.held(cached):
+            if not cached.is_file():  # else another build of these sources finished it while this one waited
+                _build(tool, app_dir, wit, world, cached, site, note)
     output.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(cached, output)
     return output
+
+
+def _build(
+    tool: str, app_dir: Path, wit: Path, world: str, cached: Path, site: Path | None, note: Callable[[str], None] | None
+) -> None:
+    started = time.monotonic()
+    if note is not None:
+        note(f"building {app_dir} ({world}) with componentize-py …")
+    # A compiled component keeps no doc comments: tool descriptions need them, added before the build is cached
+    # (a build that finds `cached` takes it as it is).
+    documented = bool(wit_files(app_dir))
+    built = cached.with_name(cached.name + ".undocumented") if documented else cached
+    with guest_wit(app_dir, wit) as world_wit:
+        _componentize(tool, app_dir, world_wit, world, built, site)
+    if documented:
+        try:
+            staged = cached.with_suffix(".docs.tmp")  # the caller holds the entry's lock: a fixed name is safe
+            staged.write_bytes(with_docs(built.read_bytes(), docs_of(app_dir)))
+            os.replace(staged, cached)
+        finally:
+            built.unlink(missing_ok=True)
+    if note is not None:
+        bundled = f", with {', '.join(deps.bundled(site))}" if site is not None else ""
+        size = cached.stat().st_size / 1024 / 1024
+        note(f"built {app_dir} in {time.monotonic() - started:.1f} s ({size:.1f} MB{bundled})")
 
 
 def cached_build(
