@@ -13,13 +13,14 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from js_version_sources import write_sources as write_js_version_sources
 from llmhost import App, FakeEngineConfig, Host, HostConfig, build_component
 from probe_driver import ProbeOutcome, run_probe
 
@@ -67,10 +68,11 @@ def llmhost_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(shared) if shared else tmp_path_factory.mktemp("llmhost-cache")
 
 
-def prebuild_jobs() -> list[tuple[Path, str | None, Path | None]]:
+def prebuild_jobs(generated: Iterable[Path] = ()) -> list[tuple[Path, str | None, Path | None]]:
     """(source, world, wit) of every guest the session fixtures build, the other builds of a repository guest against
     another WIT, then every other guest directory of the repository as it is (each test that copies one builds the
-    same sources)."""
+    same sources), with the `generated` sources of tests (e2e) before the test guests' (integration, kv): roughly
+    the order the tests need them in."""
     jobs: list[tuple[Path, str | None, Path | None]] = [
         *((source, None, GUEST_WIT.get(name)) for name, source in GUEST_SOURCES.items()),
         *((source, "http-app", None) for source in HTTP_GUEST_SOURCES.values()),
@@ -79,6 +81,8 @@ def prebuild_jobs() -> list[tuple[Path, str | None, Path | None]]:
     jobs.append((REPO / "tests" / "guests" / "outbound_probe", None, REPO / "wit" / "0.2.3"))  # test_transfers.py
     listed = {source for source, _, _ in jobs}
     for root in (REPO / "guest-examples", REPO / "tests" / "guests"):
+        if root.name == "guests":
+            jobs += [(source, None, None) for source in generated]
         for source in sorted(root.iterdir()):
             if source not in listed and ((source / "app.py").is_file() or (source / "app.js").is_file()):
                 jobs.append((source, None, None))
@@ -94,7 +98,8 @@ def prebuilt_guests(llmhost_cache_dir: Path, tmp_path_factory: pytest.TempPathFa
     if not os.environ.get("LLMHOST_TEST_PREBUILD"):
         yield
         return
-    jobs = [[str(source), world, wit and str(wit)] for source, world, wit in prebuild_jobs()]
+    generated = write_js_version_sources(tmp_path_factory.mktemp("prebuilt-sources"))  # as test_js_versions.py does
+    jobs = [[str(source), world, wit and str(wit)] for source, world, wit in prebuild_jobs(generated.values())]
     out = tmp_path_factory.mktemp("prebuilt")
     command = [sys.executable, str(REPO / "tests" / "prebuild.py"), str(llmhost_cache_dir), str(out)]
     # Its own process: a build's Python work never holds the tests' GIL. Its own session, so that SIGTERM reaches the

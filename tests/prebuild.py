@@ -1,6 +1,6 @@
 """The background prebuild of a `make test` run (tests/conftest.py's `prebuilt_guests`): every guest of the
-repository is built into the shared build cache while the tests run, two at a time, at idle CPU priority, so
-that the builds use only the CPU the tests leave idle.
+repository is built into the shared build cache, and compiled into its component cache, while the tests run, two
+at a time, at idle CPU priority, so that the builds use only the CPU the tests leave idle.
 
 A test that needs a guest does not wait for this: it builds it (the build cache's per-entry lock makes the two
 builds one), or finds it built. A build that fails is left to the test that needs it, which reports it.
@@ -19,7 +19,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from llmhost import build_component
+from llmhost import FakeEngineConfig, Host, HostConfig, build_component
 
 WORKERS = 2  # two cores: componentize-py and componentize-js use one each
 
@@ -40,9 +40,13 @@ def main() -> None:
     def build(index: int, source: str, world: str | None, wit: str | None) -> None:
         if stopping.is_set():
             return
-        output = out / f"{index}.wasm"  # only the cache's copy is wanted
+        output = out / f"{index}.wasm"  # only the caches' copies are wanted
         with contextlib.suppress(Exception):
             build_component(Path(source), output, world, cache_dir=cache_dir, wit=Path(wit) if wit else None)
+            # Compiled too, into the component cache, as the tests' hosts compile it ($LLMHOST_COMPILE_STRATEGY,
+            # which conftest.py sets): a host of its own per guest, so that no compiled code stays in memory.
+            with Host(HostConfig(engine=FakeEngineConfig(), cache_dir=cache_dir), note=lambda _: None) as host:
+                host.load(output)
         output.unlink(missing_ok=True)
 
     with ThreadPoolExecutor(WORKERS) as pool:

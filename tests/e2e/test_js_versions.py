@@ -22,6 +22,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from wasmtime import component
 
+from js_version_sources import ADDED, MAX_TOKENS, write_sources
 from llmhost import Host, InferencingParams
 from llmhost.runtime.components import create_wasmtime_engine
 from llmhost.toolchains.python import shipped_versions, wit_dir
@@ -32,58 +33,6 @@ from .conftest import MODEL
 pytestmark = [pytest.mark.model, pytest.mark.wasm]
 REPO = Path(__file__).resolve().parents[2]
 PROMPT = "The capital of France is"
-MAX_TOKENS = 12
-# The params record each version's `infer` takes: 0.1.0's has 8 fields, 0.2.0 added five.
-PARAMS_0_1_0 = (
-    "maxTokens: 12, repeatPenalty: 1.0, repeatPenaltyLastNTokenCount: 0, stop: [], temperature: 0.0, topK: 40, "
-    "topP: 0.9, seed: undefined"
-)
-PARAMS = PARAMS_0_1_0 + (
-    ", constraint: undefined, logprobs: undefined, frequencyPenalty: 0.0, presencePenalty: 0.0, logitBias: []"
-)
-# What each version added, called by that version's source: (extra imports, an expression for `extra`).
-ADDED = {
-    "0.1.0": ("", "null"),
-    "0.2.0": ('import { listModels } from "llmhost:llm/llm@{v}";', "listModels().map((m) => m.name)"),
-    "0.2.1": ('import { defaultParams } from "llmhost:llm/llm@{v}";', "defaultParams(model).maxTokens"),
-    "0.2.2": (
-        'import { Sequence } from "llmhost:llm/sequences@{v}";',
-        "Sequence.open(model).appendTokensWithLogprobs(tokenize(model, prompt), 0).map((p) => p === undefined)",
-    ),
-    # Outbound HTTP without a grant: `denied`, nothing sent.
-    "0.2.3": (
-        'import { send } from "llmhost:llm/outbound-http@{v}";',
-        "caught(() => send({ method: 'GET', url: 'http://127.0.0.1:9/', headers: [], body: undefined, "
-        "timeoutMs: undefined }))",
-    ),
-    # A response whose body is read in chunks, without a grant: `denied` the same way.
-    "0.2.4": (
-        'import { sendStreamed } from "llmhost:llm/outbound-http@{v}";',
-        "caught(() => sendStreamed({ method: 'GET', url: 'http://127.0.0.1:9/', headers: [], body: undefined, "
-        "timeoutMs: undefined }))",
-    ),
-}
-TEMPLATE = """\
-// A guest written against llmhost:llm@{v}: it names that version in its imports, and builds against it.
-import {{ infer, tokenize }} from "llmhost:llm/llm@{v}";
-{imports}
-
-function caught(fn) {{
-  try {{
-    return fn();
-  }} catch (error) {{
-    return {{ tag: error.payload.tag }};
-  }}
-}}
-
-export function run(args) {{
-  const [model, prompt] = args;
-  const result = infer(model, prompt, {{ {params} }});
-  const extra = {extra};
-  console.log(JSON.stringify({{ text: result.text, tokens: tokenize(model, prompt).length, extra }}));
-  return 0;
-}}
-"""
 
 
 def cli(*args: str, cwd: Path, cache_dir: Path) -> subprocess.CompletedProcess[str]:
@@ -107,12 +56,7 @@ def test_every_shipped_version_is_a_version_here() -> None:
 def version_guests(tmp_path_factory: pytest.TempPathFactory, llmhost_cache_dir: Path) -> dict[str, Path]:
     """Each version's source, built by `llmhost build` (two at a time: two cores)."""
     root = tmp_path_factory.mktemp("js-versions")
-    for version, (extra_imports, extra) in ADDED.items():
-        source = root / f"guest-{version}"
-        source.mkdir()
-        params = PARAMS_0_1_0 if version == "0.1.0" else PARAMS
-        text = TEMPLATE.format(v=version, imports=extra_imports.replace("{v}", version), params=params, extra=extra)
-        (source / "app.js").write_text(text)
+    write_sources(root)
 
     def build(version: str) -> Path:
         done = cli("build", f"guest-{version}", "-o", f"{version}.wasm", cwd=root, cache_dir=llmhost_cache_dir)

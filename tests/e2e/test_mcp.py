@@ -367,7 +367,11 @@ def inspector(llmhost_cache_dir: Path) -> list[str]:
             prefix.parent.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(prefix, ignore_errors=True)
             os.replace(staging, prefix)
-    return [str(binary), "--cli", LLMHOST, "mcp"]
+    # The Inspector starts its server with a few variables only (PATH, HOME...): the test cache and the tests' compile
+    # strategy are passed on, or `llmhost mcp` would use ~/.cache/llmhost and compile with Cranelift in the background.
+    settings = {"LLMHOST_CACHE_DIR": str(llmhost_cache_dir)}
+    settings["LLMHOST_COMPILE_STRATEGY"] = os.environ["LLMHOST_COMPILE_STRATEGY"]
+    return [str(binary), "--cli", *(f for k, v in settings.items() for f in ("-e", f"{k}={v}")), LLMHOST, "mcp"]
 
 
 def _inspect(inspector: list[str], args: list[str], env: dict[str, str], cwd: Path | None = None) -> Any:
@@ -415,7 +419,7 @@ def test_mcp_tools_readme(inspector: list[str], llmhost_cache_dir: Path, real_ho
     )
     assert built.returncode == 0, built.stderr
     answer = _inspect(
-        inspector[:2], [str(REPO / call[len(NPX_INSPECTOR)]), *call[len(NPX_INSPECTOR) + 1 :]], env, tmp_path
+        inspector[:-2], [str(REPO / call[len(NPX_INSPECTOR)]), *call[len(NPX_INSPECTOR) + 1 :]], env, tmp_path
     )
     shown = json.loads(expected)
     assert answer.keys() == shown.keys() and not answer.get("isError")
