@@ -1,5 +1,5 @@
 """The JavaScript sources of tests/e2e/test_js_versions.py, one per shipped `llmhost:llm` version (generated from
-the template below): written by its fixture, and by the background prebuild (tests/conftest.py), whose builds of the
+the template below): written by its fixture, and by the prebuild of `make test` (tests/conftest.py), whose builds of the
 same sources the fixture's `llmhost build` then finds in the cache."""
 
 from __future__ import annotations

@@ -42,19 +42,25 @@ class CapturedOutput:
     reaches a custom callback truncated to 8192 bytes, and the rest is lost without an error (seen with a
     componentize-py guest printing a 21 kB line). A file takes every byte.
 
-    The file's name is removed as soon as wasmtime has opened it (`wasi_config`): only the two open descriptors
-    keep it, so a process that ends mid-run (SIGTERM with a guest still looping, `kill -9`) leaves no file behind.
+    The file has no name while the run uses it: on Linux its name goes at once and wasmtime opens it through
+    /proc/self/fd; elsewhere the name goes as soon as wasmtime has opened it (`wasi_config`). A process that ends
+    mid-run (SIGTERM with a guest still looping, `kill -9`) leaves no file behind.
     """
 
     def __init__(self, sink: OutputSink) -> None:
         self._sink = sink
-        self._fd, self.path = tempfile.mkstemp(prefix="llmhost-output-")
+        self._fd, self._name = tempfile.mkstemp(prefix="llmhost-output-")
         self._closed = False
+        self.path = self._name  # what wasmtime opens
+        by_descriptor = f"/proc/self/fd/{self._fd}"
+        if os.path.exists(by_descriptor):
+            self.path = by_descriptor
+            self.opened()
 
     def opened(self) -> None:
-        """wasmtime holds the file open now: its name can go (idempotent)."""
+        """wasmtime holds the file open now (or can open it by descriptor): its name can go (idempotent)."""
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
+            os.unlink(self._name)
 
     def close(self) -> None:
         """Remove the file and close it (idempotent)."""
