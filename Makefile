@@ -113,7 +113,8 @@ redis:
 MAKE_STARTED := $(shell date +%s)
 
 # pytest's own summary line is printed again last, after the total, so that it stays the closing line.
-# LLMHOST_TEST_PREBUILD: every guest of the repository is built first, two at a time (tests/conftest.py).
+# LLMHOST_TEST_PREBUILD: every guest of the repository is built in the background while the tests run, at idle
+# CPU priority (tests/prebuild.py).
 test: lint browser prometheus redis
 	@log=$$(mktemp); started=$$(date +%s); \
 	  LLMHOST_TEST_PREBUILD=1 $(BIN)/pytest -q --durations=25 -m "not soak" tests 2>&1 | tee "$$log" \

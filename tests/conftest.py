@@ -8,7 +8,11 @@ reuse is always safe). The fixtures work for any `HostConfig`: tests/e2e uses th
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -67,7 +71,8 @@ def llmhost_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def prebuild_jobs(generated: Iterable[Path] = ()) -> list[tuple[Path, str | None, Path | None]]:
     """(source, world, wit) of every guest the session fixtures build, the other builds of a repository guest against
     another WIT, then every other guest directory of the repository as it is (each test that copies one builds the
-    same sources), and the `generated` sources of tests."""
+    same sources), with the `generated` sources of tests (e2e) before the test guests' (integration, kv): roughly
+    the order the tests need them in."""
     jobs: list[tuple[Path, str | None, Path | None]] = [
         *((source, None, GUEST_WIT.get(name)) for name, source in GUEST_SOURCES.items()),
         *((source, "http-app", None) for source in HTTP_GUEST_SOURCES.values()),
@@ -76,37 +81,45 @@ def prebuild_jobs(generated: Iterable[Path] = ()) -> list[tuple[Path, str | None
     jobs.append((REPO / "tests" / "guests" / "outbound_probe", None, REPO / "wit" / "0.2.3"))  # test_transfers.py
     listed = {source for source, _, _ in jobs}
     for root in (REPO / "guest-examples", REPO / "tests" / "guests"):
+        if root.name == "guests":
+            jobs += [(source, None, None) for source in generated]
         for source in sorted(root.iterdir()):
             if source not in listed and ((source / "app.py").is_file() or (source / "app.js").is_file()):
                 jobs.append((source, None, None))
-    return jobs + [(source, None, None) for source in generated]
+    return jobs
 
 
 @pytest.fixture(scope="session", autouse=True)
-def prebuilt_guests(llmhost_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+def prebuilt_guests(llmhost_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """With $LLMHOST_TEST_PREBUILD (`make test` sets it): every guest of the repository, and the sources
-    test_js_versions.py writes, are built first, two at a time, into the build cache: a clean run's ~60 builds would
-    otherwise run one by one wherever a test first needs them; with a warm cache this is a lookup per guest. A build
-    that fails is left to the test that needs it, which reports it.
-
-    Not in the background while the tests run: even at idle CPU priority (SCHED_IDLE, an autogroup at nice 19),
-    builds beside llama.cpp made its decoding 3-5 times slower on a 2-core machine (measured: a clean run took 1,841 s
-    against 1,390 s with fewer builds left to the background, and ~1,500 s with them all first)."""
+    test_js_versions.py writes, are built in the background while the tests run (tests/prebuild.py), at idle CPU
+    priority, into the shared build cache. A clean run's ~60 builds take ~11 s of CPU each, and the tests leave a
+    core idle a quarter of the time (waiting on servers, clients and subprocesses). A test that needs a guest not
+    built yet builds it (or waits for the build under way: the cache's per-entry lock). With a warm cache this is a
+    lookup per guest. Stopped at the end of the session."""
     if not os.environ.get("LLMHOST_TEST_PREBUILD"):
+        yield
         return
     generated = write_js_version_sources(tmp_path_factory.mktemp("prebuilt-sources"))  # as test_js_versions.py does
+    jobs = [[str(source), world, wit and str(wit)] for source, world, wit in prebuild_jobs(generated.values())]
     out = tmp_path_factory.mktemp("prebuilt")
-
-    def build(index: int, source: Path, world: str | None, wit: Path | None) -> None:
-        output = out / f"{index}.wasm"  # only the cache's copy is wanted
-        with contextlib.suppress(Exception):  # reported by the test that builds it
-            build_component(source, output, world, cache_dir=llmhost_cache_dir, wit=wit)
-        output.unlink(missing_ok=True)
-
-    with ThreadPoolExecutor(max_workers=2) as pool:  # two cores
-        jobs = prebuild_jobs(generated.values())
-        for future in [pool.submit(build, i, *job) for i, job in enumerate(jobs)]:
-            future.result()
+    command = [sys.executable, str(REPO / "tests" / "prebuild.py"), str(llmhost_cache_dir), str(out)]
+    # Its own process: a build's Python work never holds the tests' GIL. Its own process group (SIGTERM reaches its
+    # builds), in the tests' session (see prebuild.py).
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, text=True, process_group=0)
+    assert process.stdin is not None
+    process.stdin.write(json.dumps(jobs))
+    process.stdin.close()
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 @pytest.fixture(scope="session")
