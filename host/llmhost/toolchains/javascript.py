@@ -197,10 +197,7 @@ def build_component(
     check_sources(app_dir)
     world = world or detect_world(app_dir)
     cached = (cache_dir or default_cache_dir()) / "guests" / f"js-{build_key(app_dir, wit, world)}.wasm"
-    if not cached.is_file():
-        with locks.held(cached):
-            if not cached.is_file():  # else another build of these sources finished it while this one waited
-                _build(app_dir, cached, world, wit, cache_dir, note)
+    locks.build_once(cached, lambda: _build(app_dir, cached, world, wit, cache_dir, note))
     output.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(cached, output)
     return output

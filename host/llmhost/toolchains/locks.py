@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 LOCK_SUFFIX = ".lock"
@@ -21,3 +21,12 @@ def held(entry: Path) -> Iterator[None]:
     with open(entry.with_name(entry.name + LOCK_SUFFIX), "ab") as handle:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         yield
+
+
+def build_once(entry: Path, build: Callable[[], None]) -> None:
+    """Run `build` (which writes `entry`) unless `entry` exists, holding its lock: a build that waited for another
+    of the same entry finds it written and builds nothing."""
+    if not entry.is_file():
+        with held(entry):
+            if not entry.is_file():
+                build()

@@ -213,10 +213,7 @@ def build_component(
     declared = deps.declared(app_dir)
     site = None if declared is None else deps.install(declared, cache_dir or default_cache_dir(), note, upgrade)
     cached = cached_build(app_dir, wit, world, tool, cache_dir, site)
-    if not cached.is_file():
-        with locks.held(cached):
-            if not cached.is_file():  # else another build of these sources finished it while this one waited
-                _build(tool, app_dir, wit, world, cached, site, note)
+    locks.build_once(cached, lambda: _build(tool, app_dir, wit, world, cached, site, note))
     output.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(cached, output)
     return output
