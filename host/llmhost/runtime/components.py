@@ -175,13 +175,16 @@ def start_optimizing(wasm: Path, cache_file: Path, note: Callable[[str], None]) 
         return False  # another run is compiling it already
     os.close(fd)
     command = [sys.executable, "-m", "llmhost.runtime.optimize", str(wasm), str(cache_file), str(lock)]
+    # A process group of its own: it outlives `llmhost run` and its Ctrl-C. Not a session of its own: Linux shares
+    # the CPU between sessions (autogroups) before priorities count, so a compile in another session, even at nice
+    # 10, took half the cores and slowed llama.cpp's decoding 4x while it ran (docs/benchmarks.md). In this session,
+    # at idle priority (set by the child itself, llmhost.runtime.optimize), it runs on cores nothing else wants.
     process = subprocess.Popen(
         command,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        start_new_session=True,  # outlives `llmhost run`, and is not killed by its Ctrl-C
-        preexec_fn=lambda: os.nice(10),  # noqa: PLW1509  (only the child's priority; nothing else runs here)
+        process_group=0,
     )
     # Reaped when it ends, or it would stay a zombie for as long as this process runs (a server: its whole life).
     # A daemon thread: a short-lived `llmhost run` exits without waiting for it (init then reaps it).
