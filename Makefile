@@ -112,12 +112,16 @@ redis:
 # When make started (parse time): `make test` ends by printing its whole time, install and lint included.
 MAKE_STARTED := $(shell date +%s)
 
+# The tests that leave a core idle most (unit: one thread; integration and kv: servers, timeouts, subprocesses) run
+# first, while the background prebuild still has work for that core; e2e, which keeps both busy, runs last.
+TEST_ORDER := tests/unit tests/kv tests/integration tests/e2e
+
 # pytest's own summary line is printed again last, after the total, so that it stays the closing line.
 # LLMHOST_TEST_PREBUILD: every guest of the repository is built in the background while the tests run, at idle
 # CPU priority (tests/prebuild.py).
 test: lint browser prometheus redis
 	@log=$$(mktemp); started=$$(date +%s); \
-	  LLMHOST_TEST_PREBUILD=1 $(BIN)/pytest -q --durations=25 -m "not soak" tests 2>&1 | tee "$$log" \
+	  LLMHOST_TEST_PREBUILD=1 $(BIN)/pytest -q --durations=25 -m "not soak" $(TEST_ORDER) 2>&1 | tee "$$log" \
 	    && status=0 || status=$${PIPESTATUS[0]}; \
 	  now=$$(date +%s); \
 	  echo "make test: pytest $$(( now - started )) s, in all (install and lint included) $$(( now - $(MAKE_STARTED) )) s"; \

@@ -71,8 +71,8 @@ def llmhost_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def prebuild_jobs(generated: Iterable[Path] = ()) -> list[tuple[Path, str | None, Path | None]]:
     """(source, world, wit) of every guest the session fixtures build, the other builds of a repository guest against
     another WIT, then every other guest directory of the repository as it is (each test that copies one builds the
-    same sources), with the `generated` sources of tests (e2e) before the test guests' (integration, kv): roughly
-    the order the tests need them in."""
+    same sources): the test guests (integration, kv) first, then the examples and the `generated` sources of tests
+    (e2e), the order `make test` runs the tests in."""
     jobs: list[tuple[Path, str | None, Path | None]] = [
         *((source, None, GUEST_WIT.get(name)) for name, source in GUEST_SOURCES.items()),
         *((source, "http-app", None) for source in HTTP_GUEST_SOURCES.values()),
@@ -80,13 +80,11 @@ def prebuild_jobs(generated: Iterable[Path] = ()) -> list[tuple[Path, str | None
     ]
     jobs.append((REPO / "tests" / "guests" / "outbound_probe", None, REPO / "wit" / "0.2.3"))  # test_transfers.py
     listed = {source for source, _, _ in jobs}
-    for root in (REPO / "guest-examples", REPO / "tests" / "guests"):
-        if root.name == "guests":
-            jobs += [(source, None, None) for source in generated]
+    for root in (REPO / "tests" / "guests", REPO / "guest-examples"):
         for source in sorted(root.iterdir()):
             if source not in listed and ((source / "app.py").is_file() or (source / "app.js").is_file()):
                 jobs.append((source, None, None))
-    return jobs
+    return [*jobs, *((source, None, None) for source in generated)]
 
 
 @pytest.fixture(scope="session", autouse=True)
