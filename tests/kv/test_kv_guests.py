@@ -307,7 +307,10 @@ def test_redis_killed_and_hung_mid_run(tmp_path: Path, kv_config: HostConfig, kv
         redis.start()  # back: the next calls reconnect
         ok_before = sum("ok" in p for p in progress)
         wait_for("ok", ok_before + 3)
-        stdout, _ = process.communicate(timeout=300)
+        # Not communicate(): it would read stderr too, beside the reader, and close it under the reader's feet.
+        assert process.stdout is not None
+        stdout = process.stdout.read()  # to its end: the run's own 60 s deadline bounds it
+        process.wait(timeout=30)
         reader.join(timeout=10)
         assert process.returncode == 0
         outcomes = json.loads(stdout.strip().splitlines()[-1])["ok"]
