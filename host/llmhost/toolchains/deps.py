@@ -39,6 +39,12 @@ _ABI = "cp314"
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "any")
 EXTENSION_SUFFIXES = (".so", ".pyd", ".dylib")
 STRIPPED_FILE = "llmhost-stripped.json"  # module name -> distribution, for the build's error messages
+# Package data files (anything but Python code and metadata) of each distribution, which the component does not get:
+# componentize-py keeps the modules imported when it snapshots the guest, and a guest has no files at run time.
+DATA_FILE = "llmhost-data-files.json"
+_CODE_SUFFIXES = (".py", ".pyi", ".pyc", ".pth")
+_NOT_DATA = {"py.typed", STRIPPED_FILE, DATA_FILE}
+DATA_SHOWN = 4  # folders or files named per distribution in the build's warning
 _SDIST_ROUNDS = 20  # packages built from sdists in one resolve, at most
 
 
@@ -61,7 +67,7 @@ class Dependencies:
             for path in sorted(folder.rglob("*")) if folder.is_dir() else ():
                 relative = path.relative_to(folder)
                 if path.is_file() and not {"build", "dist", "__pycache__"}.intersection(relative.parts):
-                    digest.update(str(relative).encode() + hashlib.sha256(path.read_bytes()).digest())
+                    digest.update(str(relative).encode() + bytes.fromhex(wheels.sha256(path)))
         return digest.hexdigest()[:32]
 
 
@@ -91,6 +97,9 @@ def declared(app_dir: Path) -> Dependencies | None:
     links = tool.get("llmhost", {}).get("find-links", []) if isinstance(tool, dict) else []
     if not isinstance(links, list) or not all(isinstance(link, str) for link in links):
         raise BuildError(f"{pyproject}: [tool.llmhost] find-links must be a list of folders")
+    for requirement in written:  # each goes to pip as an argument: an option there would be pip's, not a package
+        if requirement.startswith("-") or "\n" in requirement or "\r" in requirement:
+            raise BuildError(f"{source}: {requirement!r} is not a requirement (pip options are not taken here)")
     requirements = tuple(_local(app_dir, r) for r in written)
     found = tuple((app_dir / link).resolve() for link in links)
     return Dependencies(requirements, found, source, app_dir.resolve(), tuple(written))
@@ -141,6 +150,7 @@ def install(deps: Dependencies, cache_dir: Path, note: Note = None, upgrade: boo
             os.replace(work / "last.toml", last)
         stripped = _strip_extensions(staging)
         (staging / STRIPPED_FILE).write_text(json.dumps(stripped, indent=1, sort_keys=True))
+        (staging / DATA_FILE).write_text(json.dumps(_data_files(staging), indent=1, sort_keys=True))
         target = target_parent / deps.key(text)
         if not target.exists():  # else another build installed the same set meanwhile
             os.replace(staging, target)
@@ -252,11 +262,18 @@ def _from_sdist(spec: str, out: Path, deps: Dependencies, note: Note) -> tuple[P
 
 
 def _failed(deps: Dependencies, failure: wheels.PipFailed) -> BuildError:
-    return BuildError(
-        f"installing the guest's dependencies ({deps.source}) for CPython {GUEST_PYTHON} failed: a package must "
-        f"have a pure-Python wheel, a platform wheel whose Python code works without its compiled part, or an sdist "
-        f"that builds a pure wheel (`[tool.llmhost] find-links` can add WASI builds):\n{failure.tail()}"
-    )
+    """pip's own reason first. Only a package pip found no usable file for gets the guest's wheel rules; a conflict
+    or a bad requirement string is pip's to explain."""
+    reason = wheels.first_error(failure.output)
+    if wheels.NO_DISTRIBUTION.search(failure.output) or "Could not find a version" in failure.output:
+        return BuildError(
+            f"installing the guest's dependencies ({deps.source}) for CPython {GUEST_PYTHON} failed: {reason} (a "
+            f"package must have a pure-Python wheel, a platform wheel whose Python code works without its compiled "
+            f"part, or an sdist that builds a pure wheel; `[tool.llmhost] find-links` can add WASI builds):\n"
+            f"{failure.tail()}"
+        )
+    where = f"pip: {reason.removeprefix('ERROR:').strip()}" if reason else "pip failed"
+    return BuildError(f"installing the guest's dependencies ({deps.source}): {where}\n{failure.tail()}")
 
 
 def _split_local(requirements: tuple[str, ...]) -> tuple[list[str], list[str]]:
@@ -284,6 +301,53 @@ def _strip_extensions(site: Path) -> dict[str, str]:
         stripped[module] = owners.get(relative, "?")
         path.unlink()
     return stripped
+
+
+def _data_files(site: Path) -> dict[str, list[str]]:
+    """Each distribution's data files (relative to `site`), which the component leaves out."""
+    owners: dict[str, str] = {}
+    for record in site.glob("*.dist-info/RECORD"):
+        distribution = record.parent.name.split("-")[0].replace("_", "-").lower()
+        for line in record.read_text(encoding="utf-8").splitlines():
+            owners[line.split(",", 1)[0]] = distribution
+    found: dict[str, list[str]] = {}
+    for path in sorted(p for p in site.rglob("*") if p.is_file()):
+        relative = path.relative_to(site)
+        top = relative.parts[0]
+        if path.name in _NOT_DATA or path.suffix in _CODE_SUFFIXES or top.endswith(".dist-info") or top == "bin":
+            continue
+        if "__pycache__" in relative.parts:
+            continue
+        found.setdefault(owners.get(relative.as_posix(), "?"), []).append(relative.as_posix())
+    return found
+
+
+def data_files(site: Path) -> dict[str, list[str]]:
+    """distribution -> its data files left out of the component (as the install recorded them)."""
+    path = site / DATA_FILE
+    return json.loads(path.read_text()) if path.is_file() else _data_files(site)  # (an install from before)
+
+
+def data_warning(site: Path) -> str | None:
+    """The build's warning naming the dependencies' data files it left out, and why; None when there are none."""
+    found = data_files(site)
+    if not found:
+        return None
+    parts = []
+    for distribution, files in sorted(found.items()):
+        groups: dict[str, int] = {}  # a folder (`babel/locale-data/`) or a file -> how many files
+        for file in files:
+            folder = file.rsplit("/", 1)[0] + "/" if file.count("/") > 1 else file
+            groups[folder] = groups.get(folder, 0) + 1
+        shown = [f"{g} ({n} files)" if n > 1 else g for g, n in sorted(groups.items(), key=lambda i: -i[1])]
+        more = f", and {len(shown) - DATA_SHOWN} more" if len(shown) > DATA_SHOWN else ""
+        parts.append(f"{distribution}: {', '.join(shown[:DATA_SHOWN])}{more}")
+    return (
+        f"warning: the component leaves out the data files of its dependencies ({'; '.join(parts)}): a guest keeps "
+        "the modules imported at build time and has no files at run time, so code that opens these files (to load "
+        "them at run time) fails with FileNotFoundError; use what they hold at import time, or a package that "
+        "embeds its data in Python code"
+    )
 
 
 def stripped_modules(site: Path) -> dict[str, str]:

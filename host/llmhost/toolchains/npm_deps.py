@@ -17,9 +17,10 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from llmhost.toolchains import buildenv
 from llmhost.toolchains.errors import BuildError
 
 ESBUILD_VERSION = "0.28.2"
@@ -29,6 +30,12 @@ EXTERNAL = ("llmhost:*", "wasi:*")
 # componentize-js install takes ~80 s), which reads like a hang.
 PROGRESS_EVERY_S = 10.0
 _UNRESOLVED = re.compile(r'Could not resolve "(?:node:)?([^"]+)"\s+(\S+?):\d+:\d+:')
+# npm runs no package's scripts (`--ignore-scripts`): a build runs nothing of a dependency's on the build machine.
+# A package that needs them (they build native code, download binaries, patch files) fails the build by name.
+INSTALL_SCRIPTS = ("preinstall", "install", "postinstall")
+OWN_PACKAGES = {"esbuild"}  # installed by llmhost itself: its postinstall only speeds it up (it runs without)
+FILE_PREFIX = "file:"
+_SKIPPED = {"node_modules", ".git"}  # not part of a `file:` package's contents (npm packs neither)
 
 
 def declared(app_dir: Path) -> dict[str, str] | None:
@@ -45,11 +52,38 @@ def declared(app_dir: Path) -> dict[str, str] | None:
     return found or None
 
 
+def local_packages(app_dir: Path, dependencies: dict[str, str]) -> dict[str, Path]:
+    """The `file:` dependencies, each resolved from the guest's directory (as npm does for the guest's own
+    package.json); a path that is not there fails the build naming it."""
+    found = {}
+    for name, spec in sorted(dependencies.items()):
+        if spec.startswith(FILE_PREFIX):
+            path = (app_dir / spec.removeprefix(FILE_PREFIX)).resolve()
+            if not path.exists():
+                raise BuildError(
+                    f"{app_dir / 'package.json'}: the dependency {name} is {spec!r}, and {path} does not "
+                    "exist (a `file:` path is relative to the guest's directory)"
+                )
+            found[name] = path
+    return found
+
+
+def _local_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    return [p for p in sorted(path.rglob("*")) if p.is_file() and not _SKIPPED.intersection(p.relative_to(path).parts)]
+
+
 def key(app_dir: Path, dependencies: dict[str, str]) -> str:
+    from llmhost.toolchains.python import file_sha256
+
     digest = hashlib.sha256(json.dumps([ESBUILD_VERSION, sorted(dependencies.items())]).encode())
     for name in (LOCK_FILE, ".npmrc"):
         if (app_dir / name).is_file():
-            digest.update(name.encode() + (app_dir / name).read_bytes())
+            digest.update(name.encode() + file_sha256(app_dir / name))
+    for name, path in local_packages(app_dir, dependencies).items():  # their contents: an edit is a new install
+        for file in _local_files(path):
+            digest.update(f"|{name}:{file.relative_to(path).as_posix()}:".encode() + file_sha256(file))
     return digest.hexdigest()[:32]
 
 
@@ -61,13 +95,18 @@ def _npm() -> str:
 
 
 def run_with_progress(
-    command: list[str], what: str, note: Callable[[str], None] | None, cwd: Path | None = None, lines: int = 8
+    command: list[str],
+    what: str,
+    note: Callable[[str], None] | None,
+    cwd: Path | None = None,
+    lines: int = 8,
+    env: dict[str, str] | None = None,
 ) -> None:
     """Run `command`; every PROGRESS_EVERY_S seconds it runs, `note("still WHAT (N s) …")`. A failure raises
     `BuildError` with the last `lines` of its output."""
     started = time.monotonic()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        process = subprocess.Popen(command, stdout=out, stderr=err, text=True, cwd=cwd)
+        process = subprocess.Popen(command, stdout=out, stderr=err, text=True, cwd=cwd, env=env)
         while True:
             try:
                 code = process.wait(timeout=PROGRESS_EVERY_S)
@@ -84,7 +123,42 @@ def run_with_progress(
 
 
 def _run(command: list[str], what: str, cwd: Path | None = None, note: Callable[[str], None] | None = None) -> None:
-    run_with_progress(command, what, note, cwd)
+    with buildenv.installing() as env:  # no host secrets for npm (toolchains/buildenv.py)
+        run_with_progress(command, what, note, cwd, env=env)
+
+
+def _packages(modules: Path) -> Iterator[tuple[str, Path]]:
+    """(name, folder) of each package installed in a node_modules folder, nested node_modules too."""
+    if not modules.is_dir():
+        return
+    for entry in sorted(modules.iterdir()):
+        if entry.name.startswith(".") or not entry.is_dir():
+            continue
+        scoped = sorted(p for p in entry.iterdir() if p.is_dir()) if entry.name.startswith("@") else [entry]
+        for folder in scoped:
+            yield (f"{entry.name}/{folder.name}" if folder != entry else folder.name), folder
+            yield from _packages(folder / "node_modules")
+
+
+def needs_scripts(modules: Path) -> list[tuple[str, str]]:
+    """The installed packages that need install scripts npm did not run: (name, what: the script, or binding.gyp,
+    which npm would build with node-gyp)."""
+    found = []
+    for name, folder in _packages(modules):
+        if folder.parent == modules and name in OWN_PACKAGES:
+            continue
+        try:
+            data = json.loads((folder / "package.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        scripts = data.get("scripts") if isinstance(data, dict) else None
+        scripts = scripts if isinstance(scripts, dict) else {}
+        script = next((s for s in INSTALL_SCRIPTS if s in scripts), None)
+        if script is not None:
+            found.append((name, f"a `{script}` script: {scripts[script]}"))
+        elif (folder / "binding.gyp").is_file():
+            found.append((name, "binding.gyp, native code npm would build with node-gyp"))
+    return found
 
 
 def install(app_dir: Path, dependencies: dict[str, str], cache_dir: Path, note: Callable[[str], None] | None) -> Path:
@@ -98,13 +172,27 @@ def install(app_dir: Path, dependencies: dict[str, str], cache_dir: Path, note: 
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".installing-") as tmp:
         staging = Path(tmp)
-        package = {"name": "llmhost-guest-deps", "private": True, "dependencies": dependencies}
+        # `file:` paths as the guest means them (relative to its directory, not to this staging folder).
+        local = {name: f"{FILE_PREFIX}{path}" for name, path in local_packages(app_dir, dependencies).items()}
+        package = {"name": "llmhost-guest-deps", "private": True, "dependencies": {**dependencies, **local}}
         package["devDependencies"] = {"esbuild": ESBUILD_VERSION}
         (staging / "package.json").write_text(json.dumps(package))
         for name in (LOCK_FILE, ".npmrc"):
-            if (app_dir / name).is_file():
+            if (app_dir / name).is_file() and not (name == LOCK_FILE and local):  # (its `file:` paths: relative)
                 shutil.copyfile(app_dir / name, staging / name)
-        _run([_npm(), "install", "--no-audit", "--no-fund"], f"installing {app_dir}'s npm dependencies", staging, note)
+        # --install-links: a `file:` package is copied in (npm would link it, and install its dependencies into
+        # the guest's own folder).
+        command = [_npm(), "install", "--no-audit", "--no-fund", "--ignore-scripts", "--install-links"]
+        _run(command, f"installing {app_dir}'s npm dependencies", staging, note)
+        refused = needs_scripts(staging / "node_modules")
+        if refused:
+            name, what = refused[0]
+            others = f" (and {', '.join(n for n, _ in refused[1:])})" if refused[1:] else ""
+            raise BuildError(
+                f"{app_dir / 'package.json'}: the npm package {name}{others} needs its install scripts ({what}), "
+                "which llmhost does not run: a build runs no dependency's code on the build machine, and a guest "
+                "loads no native code. Use a package that works without them (a pure-JavaScript one)"
+            )
         (staging / "node_modules" / ".llmhost-complete").write_text("")
         if not target.exists():
             os.replace(staging, target)
@@ -136,6 +224,13 @@ def bundle(app_js: Path, installed: Path, output: Path, aliases: dict[str, Path]
     own = [(f, name) for f, name in builtins if "node_modules/" not in f]
     if own:
         file, name = own[0]
+        package = name.split("/")[0] if not name.startswith("@") else "/".join(name.split("/")[:2])
+        if package in (declared(app_js.parent) or {}):  # declared, and still not found: say so, not "add it"
+            raise BuildError(
+                f"{file} imports {name!r}: the dependency {package} is installed but esbuild could not resolve "
+                f"{name!r} in it (check its package.json's `main`/`exports`, and that the file exists):\n"
+                + "\n".join(text.strip().splitlines()[-4:])
+            )
         raise BuildError(f"{file} imports {name!r}, which is not installed: add it to package.json's dependencies")
     tail = "\n".join(text.strip().splitlines()[-8:])
     raise BuildError(f"bundling {app_js} with its dependencies (esbuild) failed:\n{tail}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,19 @@ from llmhost.toolchains.errors import BuildError
 
 LOCK_FILE = "pylock.toml"
 KINDS = ("wheel", "sdist", "directory")
+# What a lock's fields may hold: each reaches pip (a requirements file line, a constraint), so none may hold
+# whitespace, a newline or an option. A name as PEP 508 allows it, a version as PEP 440 spells one, a hex sha256, a
+# file name, a relative path and a URL of an allowed scheme, each on one line.
+# (Each is matched whole: `fullmatch`, as `$` would let a trailing newline through.)
+NAME = re.compile(r"(?i)[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?")
+VERSION = re.compile(
+    r"(?i)v?(?:\d+!)?\d+(?:\.\d+)*(?:[-_.]?(?:a|b|c|rc|alpha|beta|pre|preview)[-_.]?\d*)?"
+    r"(?:-\d+|[-_.]?(?:post|rev|r)[-_.]?\d*)?(?:[-_.]?dev[-_.]?\d*)?(?:\+[a-z0-9]+(?:[-_.][a-z0-9]+)*)?"
+)
+SHA256 = re.compile(r"[0-9a-f]{64}")
+FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!-]*")
+URL_SCHEMES = ("https", "file")
+_UNSAFE = re.compile(r"[\x00-\x20\x7f]")  # control characters and spaces: nothing pip would split on
 
 
 @dataclass(frozen=True)
@@ -50,6 +64,8 @@ def read(app_dir: Path) -> Lock | None:
         requirements = data.get("tool", {}).get("llmhost", {}).get("requirements")
         if not isinstance(requirements, list) or not all(isinstance(r, str) for r in requirements):
             raise ValueError("[tool.llmhost] requirements must be a list of requirement strings")
+        if any("\n" in r or "\r" in r for r in requirements):
+            raise ValueError("[tool.llmhost] requirements must each be one line")
         packages = tuple(_package(entry) for entry in data.get("packages", []))
     except (tomllib.TOMLDecodeError, ValueError, TypeError, AttributeError, KeyError, IndexError) as error:
         raise BuildError(f"{path}: {error} ({fix})") from None
@@ -57,16 +73,41 @@ def read(app_dir: Path) -> Lock | None:
 
 
 def _package(entry: dict[str, object]) -> Package:
-    name, version = str(entry["name"]), entry.get("version")
+    name, version = entry["name"], entry.get("version")
+    _check(name, NAME, "a package name (PEP 508)", "name")
     if isinstance(entry.get("directory"), dict):
-        return Package(name, None, "directory", path=str(entry["directory"]["path"]))  # type: ignore[index]
+        path = entry["directory"]["path"]  # type: ignore[index]
+        return Package(str(name), None, "directory", path=_check_path(name, path))
     wheels = entry.get("wheels")
     source = wheels[0] if isinstance(wheels, list) and wheels else entry.get("sdist")
     if not isinstance(source, dict) or not isinstance(version, str):
         raise ValueError(f"package {name!r} needs a version and `wheels`, `sdist` or `directory`")
-    sha256 = source["hashes"]["sha256"]
+    _check(version, VERSION, "a version (PEP 440)", f"{name}'s version")
+    sha256 = _check(source["hashes"]["sha256"], SHA256, "a sha256 (64 lowercase hex digits)", f"{name}'s sha256")
+    file = _check(source["name"], FILE_NAME, "a file name", f"{name}'s file name")
+    url, path = source.get("url"), source.get("path")
+    if url is not None:
+        _check_url(name, url)
     kind = "wheel" if wheels else "sdist"
-    return Package(name, version, kind, str(source["name"]), source.get("url"), source.get("path"), sha256)
+    return Package(str(name), version, kind, file, url, None if path is None else _check_path(name, path), sha256)
+
+
+def _check(value: object, pattern: re.Pattern[str], what: str, field: str) -> str:
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise ValueError(f"{field} {value!r} is not {what}")
+    return value
+
+
+def _check_path(name: object, path: object) -> str:
+    if not isinstance(path, str) or not path or _UNSAFE.search(path) or path.startswith("-"):
+        raise ValueError(f"{name}'s path {path!r} is not a relative path on one line")
+    return path
+
+
+def _check_url(name: object, url: object) -> str:
+    if not isinstance(url, str) or _UNSAFE.search(url) or urlsplit(url).scheme not in URL_SCHEMES:
+        raise ValueError(f"{name}'s url {url!r} is not an {' or '.join(URL_SCHEMES)} URL on one line")
+    return url
 
 
 def render(requirements: tuple[str, ...], packages: list[Package]) -> str:

@@ -35,6 +35,15 @@ IGNORED_DIRS = {"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".
 # copy of one would otherwise never hit the cache; tests build templates every run).
 IGNORED_SUFFIXES = {".pyc", ".pyo", ".wasm", ".md"}
 IGNORED_NAMES = {"llmhost.toml"}  # the host's config beside a guest (its grants): read when it runs, not built in
+# The files of a guest that are build inputs whatever their size: code, WIT and manifests. Any other file is data:
+# keyed when it is small (a module may read it at import time, which the snapshot keeps), skipped from
+# DATA_KEY_LIMIT bytes up (a model, a corpus: componentize-py bundles no data files, so a big one is no input, and
+# hashing it at every rebuild under `--watch` would read it all).
+INPUT_SUFFIXES = {".py", ".pyi", ".wit", ".toml"}
+INPUT_NAMES = {"requirements.txt"}
+DATA_KEY_LIMIT = 1024 * 1024
+HASH_CHUNK = 1024 * 1024  # files are hashed in pieces of this size, never read whole
+MANIFEST_LIMIT = 1024 * 1024  # a root manifest larger than this is keyed as bytes, not parsed
 # A guest's manifest (at its root) is keyed without the fields that only describe the project, for the same reason:
 # `llmhost new NAME` writes NAME into it, and nothing else there changes.
 PROJECT_FIELDS = {"name", "version", "description", "readme", "authors", "maintainers", "license", "keywords", "urls"}
@@ -141,8 +150,23 @@ def _source_files(root: Path) -> Iterator[Path]:
     for path in sorted(root.rglob("*")):
         relative = path.relative_to(root)
         ignored = path.suffix in IGNORED_SUFFIXES or path.name in IGNORED_NAMES
-        if path.is_file() and not IGNORED_DIRS.intersection(relative.parts) and not ignored:
+        if path.is_file() and not IGNORED_DIRS.intersection(relative.parts) and not ignored and is_input(path):
             yield path
+
+
+def is_input(path: Path) -> bool:
+    """Whether a guest's file goes into its build (its key): code, WIT and manifests, and data under
+    DATA_KEY_LIMIT."""
+    return path.suffix in INPUT_SUFFIXES or path.name in INPUT_NAMES or path.stat().st_size < DATA_KEY_LIMIT
+
+
+def file_sha256(path: Path) -> bytes:
+    """A file's sha256, read in HASH_CHUNK pieces (a big file costs no memory)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.digest()
 
 
 def digest_files(digest: Any, label: str, root: Path, paths: Iterable[Path]) -> None:
@@ -150,13 +174,13 @@ def digest_files(digest: Any, label: str, root: Path, paths: Iterable[Path]) -> 
     for path in paths:
         digest.update(f"|{label}:{path.relative_to(root).as_posix()}:".encode())
         content = manifest_content(path) if path.parent == root else None
-        digest.update(hashlib.sha256(content if content is not None else path.read_bytes()).digest())
+        digest.update(hashlib.sha256(content).digest() if content is not None else file_sha256(path))
 
 
 def manifest_content(path: Path) -> bytes | None:
     """A root manifest's content without its descriptive fields (`DESCRIPTIVE_FIELDS`), as canonical JSON; None for
     any other file, or a manifest that does not parse (keyed whole: its build fails and says why)."""
-    if path.name not in DESCRIPTIVE_FIELDS:
+    if path.name not in DESCRIPTIVE_FIELDS or path.stat().st_size > MANIFEST_LIMIT:
         return None
     table, fields = DESCRIPTIVE_FIELDS[path.name]
     try:
@@ -214,6 +238,8 @@ def build_component(
     site = None if declared is None else deps.install(declared, cache_dir or default_cache_dir(), note, upgrade)
     cached = cached_build(app_dir, wit, world, tool, cache_dir, site)
     locks.build_once(cached, lambda: _build(tool, app_dir, wit, world, cached, site, note))
+    if note is not None and site is not None and (warning := deps.data_warning(site)) is not None:
+        note(warning)  # every build says it, a cached one too
     output.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(cached, output)
     return output
@@ -263,11 +289,15 @@ def bindings(app_dir: Path, output: Path, world: str | None = None, wit: Path | 
     from llmhost.toolchains.world import detect_world
 
     world = world or detect_world(app_dir)
+    from llmhost.toolchains.world import explain_wit_failure
+
     with guest_wit(app_dir, wit or wit_dir()) as world_wit:
         command = [componentize_py(), "-d", str(world_wit), "-w", world, "bindings", str(output)]
         result = subprocess.run(command, capture_output=True, text=True, check=False)
+        failure = (result.stderr or result.stdout).strip()
+        explained = explain_wit_failure(app_dir, failure, world_wit) if result.returncode != 0 else None
     if result.returncode != 0:
-        raise BuildError(f"componentize-py could not write the bindings: {(result.stderr or result.stdout).strip()}")
+        raise BuildError(explained or f"componentize-py could not write the bindings: {failure}")
     return output
 
 
@@ -361,7 +391,8 @@ def _componentize(tool: str, app_dir: Path, wit: Path, world: str, destination: 
         try:
             result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
             if result.returncode != 0:
-                raise BuildError(explain_build_failure(app_dir, world, (result.stderr or result.stdout).strip()))
+                output = (result.stderr or result.stdout).strip()
+                raise BuildError(explain_build_failure(app_dir, world, output, wit))
             os.replace(tmp, destination)
         finally:
             Path(tmp).unlink(missing_ok=True)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from llmhost.toolchains import pylock
+from llmhost.toolchains import buildenv, pylock
 from llmhost.toolchains.errors import BuildError
 
 Note = Callable[[str], None] | None
@@ -37,26 +37,34 @@ class PipFailed(Exception):
 
 def pip(args: list[str], note: Note) -> None:
     """Run pip. On a terminal its output (and progress bars) go to stderr; otherwise its progress lines (collecting,
-    downloading, building) go to `note`, one each. Raises PipFailed with the output."""
+    downloading, building) go to `note`, one each. Raises PipFailed with the output. pip (and any build backend
+    it runs: a local package's, an sdist's) gets a minimal environment (toolchains/buildenv.py)."""
     command = [sys.executable, "-m", "pip", *args, "--disable-pip-version-check"]
-    if sys.stderr.isatty():
-        shown = subprocess.run(command, stdout=sys.stderr, stderr=subprocess.PIPE, text=True, check=False)
-        if shown.returncode != 0:
-            raise PipFailed(shown.stderr or "")
-        return
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert process.stdout is not None
-    lines = []
-    for line in process.stdout:
-        lines.append(line)
-        if note is not None and line.strip().startswith(_PROGRESS):
-            note(f"  pip: {line.strip()}")
-    if process.wait() != 0:
-        raise PipFailed("".join(lines))
+    with buildenv.installing() as env:
+        if sys.stderr.isatty():
+            shown = subprocess.run(command, stdout=sys.stderr, stderr=subprocess.PIPE, text=True, check=False, env=env)
+            if shown.returncode != 0:
+                raise PipFailed(shown.stderr or "")
+            return
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        assert process.stdout is not None
+        lines = []
+        for line in process.stdout:
+            lines.append(line)
+            if note is not None and line.strip().startswith(_PROGRESS):
+                note(f"  pip: {line.strip()}")
+        if process.wait() != 0:
+            raise PipFailed("".join(lines))
+
+
+def first_error(output: str) -> str:
+    """pip's own one-line reason (its first `ERROR:` line), or "" when it printed none."""
+    return next((line.strip() for line in output.splitlines() if line.startswith("ERROR:")), "")
 
 
 def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def from_directory(location: Path, out: Path, source: str, note: Note) -> Path:

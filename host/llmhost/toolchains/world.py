@@ -121,9 +121,37 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 APP_PATH_PREFIX = "/1/"
 
 
-def explain_build_failure(app_dir: Path, world: str, output: str) -> str:
+# wit-parser's report of a WIT error: `--> PATH.wit:LINE:COL`, its causes numbered under "Caused by:", the line.
+_WIT_AT = re.compile(r"-->\s+(\S+\.wit):(\d+):(\d+)")
+_CAUSE = re.compile(r"^\s*\d+:\s+(.*\S)")
+_SOURCE_LINE = re.compile(r"^\s*\d+\s+\|\s?(.*\S)")
+
+
+def explain_wit_failure(app_dir: Path, output: str, wit: Path | None = None) -> str | None:
+    """`FILE.wit:LINE:COL: message in `line`` for a WIT error in componentize-py's output, the file as the guest
+    has it (`wit`: the folder the build passed, a copy of the guest's `wit/`); None when it is no WIT error."""
+    found = _WIT_AT.search(output)
+    if found is None:
+        return None
+    path, line, column = found.groups()
+    if wit is not None and path.startswith(f"{wit}/") and not path.startswith(f"{wit}/deps/"):
+        path = str(app_dir / "wit" / path.removeprefix(f"{wit}/"))
+    lines = output.split("Stack backtrace:", 1)[0].splitlines()
+    caused = lines[next((i for i, text in enumerate(lines) if text.strip() == "Caused by:"), len(lines)) :]
+    causes = [m.group(1) for m in map(_CAUSE.match, caused) if m is not None]
+    causes = [c for c in causes if not c.startswith(("failed to parse package", "failed to resolve"))]
+    message = causes[-1] if causes else "WIT error"
+    source = next((m.group(1).strip() for m in map(_SOURCE_LINE.match, lines) if m is not None), "")
+    code = f" in `{source}`" if source else ""
+    return f"{path}:{line}:{column}: WIT error: {message}{code} (fix that line, then build again)"
+
+
+def explain_build_failure(app_dir: Path, world: str, output: str, wit: Path | None = None) -> str:
     """One paragraph from componentize-py's output (a Rust backtrace around a CPython traceback): the guest's
-    own frames, the Python error, and the fix."""
+    own frames, the Python error, and the fix. A WIT error names its file, line and column instead."""
+    wit_error = explain_wit_failure(app_dir, output, wit)
+    if wit_error is not None:
+        return wit_error
     lines = output.splitlines()
     error_line = next(
         (
