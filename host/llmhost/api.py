@@ -453,7 +453,9 @@ class App:
         scope = scope if scope is not None else RunScope(f"run of {self.name}")
         timeout_s = self.host.config.sandbox.timeout_s
         if timeout_s is not None:
-            scope.set_deadline(time.monotonic() + timeout_s)
+            # At the deadline a host call waiting (a generation, a remote request) ends too, not just the guest.
+            reason = f"{self.name} ran past its time limit of {timeout_s} s (raise `sandbox.timeout-s` in the config)"
+            scope.set_deadline(time.monotonic() + timeout_s, reason)
         store: Store | None = None
         try:
             store, instance = self.instantiate(args, stdout=captured[0], stderr=captured[1], scope=scope)

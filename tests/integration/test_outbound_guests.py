@@ -247,10 +247,15 @@ def test_a_value_from_the_environment_is_scrubbed_from_every_message_the_guest_g
         config={"TOKEN": EnvValue(env="LLMHOST_TEST_TOKEN")},
         allowed_outbound_hosts=[f"http://127.0.0.1:{server.port}"],
     )
-    for url in ("http://{config:TOKEN}.example/", "http://127.0.0.1:1/{config:TOKEN}", "http://x/\n{config:TOKEN}"):
+    # The last URL puts the secret across the 200 characters a message quotes of a URL: its first characters,
+    # then the clip ("..."), must not show either.
+    straddling = "http://x/\n" + "a" * 185 + "{config:TOKEN}"
+    urls = ("http://{config:TOKEN}.example/", "http://127.0.0.1:1/{config:TOKEN}", "http://x/\n{config:TOKEN}")
+    for url in (*urls, straddling):
         outcome = run_probe(app, "fetch", json.dumps({"url": url}))
         assert outcome.error is not None, outcome.value
-        assert SECRET not in json.dumps(outcome.error) + outcome.stdout + outcome.stderr
+        said = json.dumps(outcome.error) + outcome.stdout + outcome.stderr
+        assert SECRET not in said and SECRET[:5] not in said, said
     denied = run_probe(app, "fetch", json.dumps({"url": "http://{config:TOKEN}.example/"}))
     assert denied.error is not None and "***" in denied.error["message"], denied.error
 

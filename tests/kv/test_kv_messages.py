@@ -168,3 +168,34 @@ def test_names_that_shared_a_file_now_each_have_their_own(tmp_path: Path) -> Non
         assert [reopened.open(name).get("owner") for name in names] == [name.encode() for name in names]
     finally:
         reopened.close()
+
+
+def test_a_key_holding_a_secret_is_not_quoted_even_in_part() -> None:
+    """Issue 66: a key is quoted by its first 8 characters, which may be part of a `{ env = ... }` secret used in
+    it. Scrubbed for the component, the quote is masked whole (the secret itself never appears whole, so scrubbing
+    the text alone missed it)."""
+    from llmhost.config import EnvValue, GrantsConfig
+    from llmhost.grants.grants import Grants
+    from llmhost.grants.keyvalue.base import add_checked, check_key, decode_cursor, not_a_counter
+
+    secret = "tok3n-Zq9xWv7Lm2"
+    grants = Grants.from_config(
+        GrantsConfig(config={"token": EnvValue(env="KV_SECRET")}), "sandbox", {"KV_SECRET": secret}
+    )
+    key = "u:" + secret  # its shown prefix, 'u:tok3n-…', holds six characters of the secret
+    failures: list[StoreFailure] = [not_a_counter(key)]
+    for call in (
+        lambda: check_key(key + "\0"),
+        lambda: check_key(key * (MAX_KV_KEY_BYTES // len(key) + 1)),
+        lambda: add_checked(key, 2**63 - 1, 1),
+        lambda: decode_cursor("store", encode_cursor("another-store", key)),
+    ):
+        with pytest.raises(StoreFailure) as failure:
+            call()
+        failures.append(failure.value)
+    for failure in failures:
+        message = failure.scrubbed(grants.scrub).message
+        assert secret[:4] not in message and "***" in message, message
+        assert failure.kind == "other"
+    plain = not_a_counter("user:12345678")  # no secret in it: quoted as before
+    assert plain.scrubbed(grants.scrub).message == plain.message

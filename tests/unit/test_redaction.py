@@ -99,3 +99,42 @@ def test_scrub_masks_every_occurrence_longest_first() -> None:
     text = "token abcdef, again abcdef; part abcd; short abc"
     assert scrub(text, ["abcd", "abcdef", "abc", ""]) == "token ***, again ***; part ***; short abc"
     assert scrub(text, []) == text
+
+
+def test_scrub_credentials_masks_the_key_and_any_authorization_value() -> None:
+    from llmhost.domain.redaction import scrub_credentials
+
+    text = (
+        'refused: {"Authorization": "Bearer sk-ours-123456", "x-api-key": "k-987654321"} '
+        "authorization: Basic dXNlcjpwYXNz; proxy-authorization=Token abcdefgh; key sk-ours-123456 again"
+    )
+    scrubbed = scrub_credentials(text, ["sk-ours-123456"])
+    for secret in ("sk-ours", "k-987654321", "dXNlcjpwYXNz", "abcdefgh"):
+        assert secret not in scrubbed, scrubbed
+    assert scrubbed.count("***") == 5 and "refused:" in scrubbed
+
+
+def test_redact_quoted_masks_a_key_whole_when_it_holds_a_secret() -> None:
+    from llmhost.domain.redaction import redact_quoted
+
+    secret = "hunter2-secret"
+    key = "k:" + secret
+    message = f"the value of {describe_key(key)} is bad"
+    assert "hunter" in message  # the prefix shown holds part of the secret
+    assert "hunter" not in scrub(message, [secret])  # scrub's clip rule masks it; redact_quoted masks the key whole
+    redacted = redact_quoted(message, key, lambda text: scrub(text, [secret]))
+    assert "hunter" not in redacted and f"*** ({len(key)} characters, holding a secret value)" in redacted
+    assert redact_quoted(message, key, lambda text: text) == message
+
+
+def test_a_quote_clipped_inside_a_secret_shows_none_of_it() -> None:
+    """A key's `describe_key` prefix, or a URL clipped with "...", may end in the first characters of a secret: the
+    whole-secret match misses those, the clip rule masks them (an ordinary "..." stays as it is)."""
+    secret = "sk-abcdef123456"
+    key_message = f"the value of {describe_key(secret + ':user')} is bad"
+    assert "sk-abcde" in key_message  # what the old scrub let through
+    assert "sk-" not in scrub(key_message, [secret]) and "***…" in scrub(key_message, [secret])
+    url_message = "the URL 'http://x/" + "a" * 50 + "sk-ab...' is malformed"
+    assert scrub(url_message, [secret]) == "the URL 'http://x/" + "a" * 50 + "***...' is malformed"
+    assert scrub("loading... done, sk- is a prefix", [secret]) == "loading... done, sk- is a prefix"
+    assert scrub("two secrets sk-abcdef123456 and ...", [secret]) == "two secrets *** and ..."

@@ -9,6 +9,7 @@ guest kept in globals or lost in an exception's reference cycle.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import threading
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from llmhost.domain.errors import EngineError, InvalidInput
 from llmhost.domain.types import InferencingParams, StreamDone, StreamEvent, TokenLogprob, TopLogprob
 from llmhost.engine.base import UNBOUNDED, Bounds
+from llmhost.engine.remote.bounds import within_deadline
 
 if TYPE_CHECKING:
     from llmhost.domain.types import BeamParams, InferenceResult
@@ -113,18 +115,31 @@ class RunScope:
         self._tokens = 0
         self.closed = False
         self._time_left: Callable[[], float | None] = lambda: None
+        self._timers: list[threading.Timer] = []
 
     # -- deadline: host calls that wait on the outside world (outbound HTTP, a store) never wait past it ----------
     def set_time_left(self, time_left: Callable[[], float | None]) -> None:
         """How the run's owner tells its remaining time: seconds before the run is stopped (None: no deadline)."""
         self._time_left = time_left
 
-    def set_deadline(self, ends: float) -> None:
-        """A fixed deadline, as `time.monotonic()` reads it (a run's `timeout-s`, a tool call's `deadline-s`)."""
+    def set_deadline(self, ends: float, reason: str | None = None) -> None:
+        """A fixed deadline, as `time.monotonic()` reads it (a run's `timeout-s`, a tool call's `deadline-s`).
+        `reason`: the scope is cancelled with it at the deadline, as serve's scope is, so that a host call waiting
+        then (a generation, a remote request) ends with it rather than outliving the run."""
         self.set_time_left(lambda: max(0.0, ends - time.monotonic()))
+        if reason is not None:
+            timer = threading.Timer(max(0.0, ends - time.monotonic()), self.cancel, args=(reason,))
+            timer.daemon = True
+            timer.start()
+            with self._lock:
+                self._timers.append(timer)
 
     def time_left(self) -> float | None:
         return self._time_left()
+
+    def waiting(self) -> contextlib.AbstractContextManager[None]:
+        """Around a host call that may wait on a server: its remote requests end by the run's deadline."""
+        return within_deadline(self._time_left)
 
     # -- cancellation and budget ------------------------------------------------------------------------
     @property
@@ -223,6 +238,9 @@ class RunScope:
                 return
             self.closed = True
             closers, self._closers = self._closers, []
+            timers, self._timers = self._timers, []
+        for timer in timers:
+            timer.cancel()
         for closer in closers:
             try:
                 closer()
@@ -258,7 +276,8 @@ class ScopedGeneration:
         ended = True  # StopIteration or an error: the generation is over either way
         try:
             try:
-                event = next(self._inner)
+                with self._scope.waiting():
+                    event = next(self._inner)
             except StopIteration:
                 if self._cancelled is not None:  # interrupted mid-step (a remote request): the cancel's error
                     raise EngineError(self._cancelled) from None
@@ -324,6 +343,10 @@ class ScopedSequence:
 
     def generate_stream(self, params: InferencingParams) -> Generation:
         return ScopedGeneration(self._inner.generate_stream(self._scope.clamp(params)), self._scope)
+
+    def append(self, text: str) -> None:
+        with self._scope.waiting():  # a remote model's sequence may tokenize on its server
+            self._inner.append(text)
 
     def generate(self, params: InferencingParams) -> InferenceResult:
         from llmhost.engine.base import collect

@@ -3,6 +3,7 @@ the component's model allow-list, the run's budget and cancellation, then the en
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -91,7 +92,9 @@ class LlmService:
         model = self._check(model, scope)
         if scope is None:
             return self._engine(model).stream(model, prompt, params)
-        return ScopedGeneration(self._engine(model).stream(model, prompt, scope.clamp(params)), scope)
+        with scope.waiting():  # a remote model counts the prompt on its server
+            inner = self._engine(model).stream(model, prompt, scope.clamp(params))
+        return ScopedGeneration(inner, scope)
 
     def open_sequence(self, model: str, scope: RunScope | None = None) -> TokenSequence:
         model = self._check(model, scope)
@@ -100,7 +103,8 @@ class LlmService:
 
     def tokenize(self, model: str, text: str, scope: RunScope | None = None) -> list[int]:
         model = self._check(model, scope)
-        return self._engine(model).tokenize(model, text)
+        with _waiting(scope):
+            return self._engine(model).tokenize(model, text)
 
     def default_params(self, model: str, scope: RunScope | None = None) -> InferencingParams:
         """What `infer` uses for `model` when it gets no params (the same for every model today)."""
@@ -110,7 +114,8 @@ class LlmService:
 
     def model_info(self, model: str, scope: RunScope | None = None) -> ModelInfo:
         model = self._check(model, scope)
-        return self._engine(model).model_info(model)
+        with _waiting(scope):
+            return self._engine(model).model_info(model)
 
     def model_kind(self, model: str, scope: RunScope | None = None) -> ModelKind:
         """Base, instruct or embedding (`engine.kinds`); never loads the model."""
@@ -146,7 +151,8 @@ class LlmService:
         scope: RunScope | None = None,
     ) -> str:
         model = self._check(model, scope)
-        return self._chat.apply_template(model, messages, tools, add_generation_prompt)
+        with _waiting(scope):
+            return self._chat.apply_template(model, messages, tools, add_generation_prompt)
 
     def embeddings(
         self, model: str, texts: Sequence[EmbeddingInput], scope: RunScope | None = None
@@ -154,7 +160,13 @@ class LlmService:
         """Texts (`generate-embeddings`) or token-id lists taken as they are (`generate-embeddings-for-tokens`)."""
         model = self._check(model, scope)
         # Between chunks the call stops when the run is cancelled (disconnect, deadline, shutdown).
-        return self._engine(model).embeddings(model, texts, scope.check if scope is not None else None)
+        with _waiting(scope):
+            return self._engine(model).embeddings(model, texts, scope.check if scope is not None else None)
+
+
+def _waiting(scope: RunScope | None) -> contextlib.AbstractContextManager[None]:
+    """Remote requests made inside end by the run's deadline (none without a scope: `read-timeout-s` then)."""
+    return scope.waiting() if scope is not None else contextlib.nullcontext()
 
 
 @dataclass(frozen=True)

@@ -4,20 +4,32 @@ requests in flight."""
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import random
 import threading
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmhost.config import ModelConfig
 from llmhost.domain.errors import EngineError, InvalidInput
 from llmhost.domain.limits import BUILTIN_MODELS, MAX_BYTES_PER_TOKEN, model_key
+from llmhost.domain.redaction import scrub_credentials
 from llmhost.domain.types import InferencingParams, check_text_length
 from llmhost.engine.admission import AdmissionQueue
+from llmhost.engine.remote.bounds import (
+    MAX_ERROR_BODY_BYTES,
+    MAX_JSON_BODY_BYTES,
+    BodyTooLarge,
+    TimeUp,
+    call_ends,
+    read_capped,
+    read_head,
+)
 from llmhost.engine.remote.servers import SERVERS, constraint_fields
 from llmhost.engine.text import attribute_text
 
@@ -28,6 +40,10 @@ log = logging.getLogger(__name__)
 
 _RETRY_STATUS = frozenset({429, 502, 503, 504})  # overloaded or restarting: worth another try (elsewhere)
 _MAX_BACKOFF_S = 2.0
+_MAX_TOKEN_ID = 2**31  # a token id is an s32 to llama.cpp
+_MAX_DETAIL_CHARS = 300  # of a server's error message, quoted in ours
+# When the request being sent must end (`call`): its response hook reads a body read whole by then.
+_REQUEST_ENDS: ContextVar[float | None] = ContextVar("llmhost_remote_request_ends", default=None)
 
 
 class RemoteModel:
@@ -48,7 +64,14 @@ class RemoteModel:
         timeout = openai.Timeout(config.read_timeout_s, connect=config.connect_timeout_s)
         # Retries are ours (on the next base URL, with our backoff): the client's own are off.
         self.clients = [
-            openai.OpenAI(base_url=url, api_key=key or "none", timeout=timeout, max_retries=0) for url in self.urls
+            openai.OpenAI(
+                base_url=url,
+                api_key=key or "none",
+                timeout=timeout,
+                max_retries=0,
+                http_client=openai.DefaultHttpxClient(event_hooks={"response": [self._on_response]}),
+            )
+            for url in self.urls
         ]
         self._key = key  # sent as a bearer token by the clients; never logged or put in a message
         self._next = itertools.count()
@@ -79,11 +102,13 @@ class RemoteModel:
             self._inflight -= 1
         self.admission.changed()
 
-    def call(self, what: str, request: Callable[[Any], Any]) -> tuple[str, Any]:
+    def call(self, what: str, request: Callable[[Any], Any], ends: tuple[float, bool] | None = None) -> tuple[str, Any]:
         """Run `request(client)` against the base URLs: round-robin start; 429/5xx-busy retried with backoff on
-        the next URL; a refused connection tried once per URL. Returns (url, response)."""
+        the next URL; a refused connection tried once per URL. Returns (url, response). The whole call, retries
+        included, ends by `ends` (`bounds.call_ends`: the run's deadline, else `read-timeout-s`)."""
         import openai
 
+        until, deadline = ends if ends is not None else call_ends(self.config.read_timeout_s)
         start = next(self._next)
         n = len(self.clients)
         unreachable: set[int] = set()
@@ -91,14 +116,26 @@ class RemoteModel:
         while True:
             index = (start + attempt) % n
             url = self.urls[index]
+            left = until - time.monotonic()
+            if left <= 0:
+                raise self.timed_out(url, what, deadline)
+            # No read (nor the wait for the response's head) outlasts what is left of the call.
+            timeout = openai.Timeout(
+                min(self.config.read_timeout_s, left), connect=min(self.config.connect_timeout_s, left)
+            )
+            token = _REQUEST_ENDS.set(until)
             try:
-                return url, request(self.clients[index])
+                return url, request(self.clients[index].with_options(timeout=timeout))
+            except (TimeUp, BodyTooLarge) as e:
+                if isinstance(e, TimeUp):
+                    raise self.timed_out(url, what, deadline) from None
+                raise EngineError(f"{url} answered {what} with a body over {MAX_JSON_BODY_BYTES:,} bytes") from None
             except openai.APIStatusError as e:
                 if e.status_code in _RETRY_STATUS and attempt < self.config.retries:
-                    time.sleep(_backoff(attempt, e.response.headers.get("retry-after")))
+                    time.sleep(min(_backoff(attempt, e.response.headers.get("retry-after")), max(0.0, left)))
                     attempt += 1
                     continue
-                detail = _error_detail(e)
+                detail = self.scrub(_error_detail(e))
                 if e.status_code in _RETRY_STATUS:
                     raise EngineError(
                         f"{url} answered {e.status_code} to {what} after {attempt + 1} attempts: {detail} "
@@ -112,38 +149,84 @@ class RemoteModel:
                     raise InvalidInput(f"{url} refused {what} ({e.status_code}): {detail}") from None
                 raise EngineError(f"{url} failed {what} ({e.status_code}): {detail}") from None
             except openai.APIConnectionError as e:
+                if time.monotonic() >= until:
+                    raise self.timed_out(url, what, deadline) from None
                 unreachable.add(index)
                 if len(unreachable) < n and attempt < self.config.retries + n:
                     attempt += 1
                     continue
-                why = "timed out" if isinstance(e, openai.APITimeoutError) else f"{_cause(e)}"
+                why = "timed out" if isinstance(e, openai.APITimeoutError) else self.scrub(_cause(e))
                 raise EngineError(
                     f"cannot reach the server for model {self.name!r} at {url}: {why} "
                     f"(check `models.{self.name}.base-urls`)"
                 ) from None
+            finally:
+                _REQUEST_ENDS.reset(token)
+
+    def timed_out(self, url: str, what: str, deadline: bool) -> EngineError:
+        """The error of a call that passed its total bound (`call_ends`)."""
+        if deadline:
+            return EngineError(f"{url} did not complete {what} before the run's deadline")
+        return EngineError(
+            f"{url} did not complete {what} within {self.config.read_timeout_s:g} s "
+            f"(`models.{self.name}.read-timeout-s` bounds each remote call as a whole)"
+        )
+
+    def scrub(self, text: str) -> str:
+        """A server's text as our messages may quote it: without the API key or any credential it echoes."""
+        return scrub_credentials(text, (self._key, f"Bearer {self._key}") if self._key else ())
+
+    def _on_response(self, response: Any) -> None:
+        """The official client's response hook: a body it would read whole (an error's, a JSON answer's) is read
+        here, by the call's end and up to a cap (an error's is cut short and scrubbed of credentials)."""
+        if response.status_code < 400 and "text/event-stream" in response.headers.get("content-type", ""):
+            return  # a stream: RemoteGeneration bounds its reads
+        until = _REQUEST_ENDS.get()
+        until = until if until is not None else time.monotonic() + self.config.read_timeout_s
+        if response.status_code >= 400:
+            head = read_head(response, until, MAX_ERROR_BODY_BYTES).decode("utf-8", "replace")
+            response._content = self.scrub(head).encode()
+        else:
+            response._content = read_capped(response, until, MAX_JSON_BODY_BYTES)
 
     def post_json(self, path: str, body: dict[str, Any]) -> Any:
-        """POST to an endpoint outside /v1 (tokenize), with the same timeouts and key."""
+        """POST to an endpoint outside /v1 (tokenize), with the same timeouts, key and bound on the whole call."""
         import httpx
 
         with self._vocab_lock:
             if self._http is None:
                 headers = {"authorization": f"Bearer {self._key}"} if self._key else {}
-                timeout = httpx.Timeout(self.config.read_timeout_s, connect=self.config.connect_timeout_s)
-                self._http = httpx.Client(timeout=timeout, headers=headers)
+                headers["accept-encoding"] = "identity"  # the body is capped as sent, not once inflated
+                self._http = httpx.Client(headers=headers)
             http = self._http
         index = next(self._next) % len(self.urls)
         root = self.urls[index].removesuffix("/v1")
+        until, deadline = call_ends(self.config.read_timeout_s)
+        left = max(0.001, until - time.monotonic())
+        timeout = httpx.Timeout(min(self.config.read_timeout_s, left), connect=min(self.config.connect_timeout_s, left))
+        what = f"POST {path}"
         try:
-            response = http.post(root + path, json=body)
+            with http.stream("POST", root + path, json=body, timeout=timeout) as response:
+                if response.status_code != 200:
+                    head = read_head(response, until, MAX_ERROR_BODY_BYTES).decode("utf-8", "replace")
+                    detail = self.scrub(head)[:_MAX_DETAIL_CHARS]
+                    raise EngineError(f"{root}{path} answered {response.status_code}: {detail}")
+                content = read_capped(response, until, MAX_JSON_BODY_BYTES)
+        except TimeUp:
+            raise self.timed_out(root, what, deadline) from None
+        except BodyTooLarge:
+            raise EngineError(f"{root}{path} answered with a body over {MAX_JSON_BODY_BYTES:,} bytes") from None
         except httpx.HTTPError as e:
+            if time.monotonic() >= until:
+                raise self.timed_out(root, what, deadline) from None
             raise EngineError(
-                f"cannot reach the server for model {self.name!r} at {root}{path}: {e} "
+                f"cannot reach the server for model {self.name!r} at {root}{path}: {self.scrub(str(e))} "
                 f"(check `models.{self.name}.base-urls`)"
             ) from None
-        if response.status_code != 200:
-            raise EngineError(f"{root}{path} answered {response.status_code}: {response.text[:300]}")
-        return response.json()
+        try:
+            return json.loads(content)
+        except ValueError:
+            raise EngineError(f"{root}{path} answered 200 without a JSON body") from None
 
     # --- vocabulary --------------------------------------------------------------------------------------
     def vocab(self) -> LlamaVocab | None:
@@ -203,12 +286,20 @@ class RemoteModel:
             body.update(add_special=add_special, parse_special=True)
         elif self.config.server == "llmhost":
             body["model"] = self.remote_name
-        tokens = self.post_json(self.kind.tokenize_path, body).get("tokens")
+        answer = self.post_json(self.kind.tokenize_path, body)
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
         if not isinstance(tokens, list):
-            raise EngineError(f"the tokenize endpoint of model {self.name!r} returned no token list")
+            raise EngineError(f"the tokenize endpoint of model {self.name!r} returned no token list (`tokens`)")
+        for i, t in enumerate(tokens):
+            # bool is an int to Python; a token id of another type would fail later, far from the server's fault.
+            if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < _MAX_TOKEN_ID:
+                raise EngineError(
+                    f"the tokenize endpoint of model {self.name!r} returned `tokens[{i}]` = {str(t)[:40]!r}: not a "
+                    "token id"
+                )
         if self.config.server == "llama-cpp-python" and not add_special and tokens[:1] == self.tokenize("")[:1]:
             tokens = tokens[1:]  # its endpoint always adds the beginning-of-sequence token
-        return [int(t) for t in tokens]
+        return list(tokens)
 
     def texts_of(self, tokens: list[int], text: str) -> list[str]:
         """The text each token stands for (exact with a local vocabulary; else all of it on the last token)."""
@@ -297,8 +388,8 @@ def _error_detail(e: Any) -> str:
     body = getattr(e, "body", None)
     if isinstance(body, dict):
         message = body.get("message") or body.get("detail") or body
-        return str(message)[:300]
-    return str(getattr(e, "message", e))[:300]
+        return str(message)[:_MAX_DETAIL_CHARS]
+    return str(getattr(e, "message", e))[:_MAX_DETAIL_CHARS]
 
 
 def _cause(e: BaseException) -> str:

@@ -14,13 +14,16 @@ What the listing does not say comes from this host's own config when it has a mo
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from llmhost.config import ConfigError, HostConfig, ModelConfig
+from llmhost.domain.redaction import scrub_credentials
+from llmhost.engine.remote.bounds import MAX_LISTING_BYTES, BodyTooLarge, TimeUp, read_capped
 
 # A bearer key for a server started with LLMHOST_API_KEYS: read from this variable, never from the command line.
 CONNECT_KEY_ENV = "LLMHOST_CONNECT_API_KEY"
-_LIST_TIMEOUT_S = 10.0
+_LIST_TIMEOUT_S = 10.0  # the whole listing, however the server drips it
 # What a model of the local config says about the model itself (the server's copy is the same file); the rest of
 # its table (threads, slots, batch size, ...) is about running it, which the server does.
 _MODEL_FIELDS = ("path", "context_length", "chat_template", "chat_template_file", "aliases", "pooling")
@@ -46,26 +49,45 @@ def lent_models(config: HostConfig, url: str) -> HostConfig:
 
 
 def _listed_models(base: str) -> list[tuple[str, str | None]]:
-    """(name, kind) of each model at BASE/models, in the server's order."""
+    """(name, kind) of each model at BASE/models, in the server's order: read within _LIST_TIMEOUT_S in all and
+    MAX_LISTING_BYTES at most, whatever the server sends."""
+    import json
+
     import httpx
 
     key = os.environ.get(CONNECT_KEY_ENV, "")
     headers = {"authorization": f"Bearer {key}"} if key else {}
+    headers["accept-encoding"] = "identity"  # the body is capped as sent, not once inflated
     hint = "start one with `llmhost serve openai-compat.wasm` (README: A warm model for `llmhost run`)"
+    ends = time.monotonic() + _LIST_TIMEOUT_S
+    content = b""
     try:
-        response = httpx.get(base + "/models", headers=headers, timeout=httpx.Timeout(_LIST_TIMEOUT_S, connect=5.0))
+        with httpx.stream(
+            "GET", base + "/models", headers=headers, timeout=httpx.Timeout(_LIST_TIMEOUT_S, connect=5.0)
+        ) as response:
+            status = response.status_code
+            if status == 200:
+                content = read_capped(response, ends, MAX_LISTING_BYTES)
+    except TimeUp:
+        raise ConfigError(
+            f"--connect: GET {base}/models did not complete within {_LIST_TIMEOUT_S:g} s; {hint}"
+        ) from None
+    except BodyTooLarge:
+        raise ConfigError(
+            f"--connect: GET {base}/models answered more than {MAX_LISTING_BYTES:,} bytes: not an llmhost model list"
+        ) from None
     except httpx.HTTPError as e:
-        why = str(e) or type(e).__name__
+        why = scrub_credentials(str(e) or type(e).__name__, [key] if key else [])
         raise ConfigError(f"--connect: cannot reach an llmhost server at {base}: {why}; {hint}") from None
-    if response.status_code == 401:
+    if status == 401:
         raise ConfigError(f"--connect: {base} wants an API key: set ${CONNECT_KEY_ENV} to one of the server's keys")
     try:
-        body: Any = response.json() if response.status_code == 200 else None
+        body: Any = json.loads(content) if status == 200 else None
         data = body["data"]
         listed = [(str(m["id"]), m.get("kind") if isinstance(m.get("kind"), str) else None) for m in data]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         raise ConfigError(
-            f"--connect: GET {base}/models answered {response.status_code} without an OpenAI model list: is it an "
+            f"--connect: GET {base}/models answered {status} without an OpenAI model list: is it an "
             f"llmhost server with an OpenAI-compatible app? {hint}"
         ) from None
     return listed

@@ -11,6 +11,7 @@ from typing import Any
 from llmhost.domain.errors import EngineError, LlmError
 from llmhost.domain.types import FinishReason, StreamChunk, StreamDone, StreamEvent, Usage
 from llmhost.engine.generation import GenerationText
+from llmhost.engine.remote.bounds import Alarm, arm, call_ends, shut, socket_of
 from llmhost.engine.remote.client import RemoteModel, _cause
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,11 @@ class RemoteGeneration:
         self.server_usage: Any = None
         self.cached_tokens: int | None = None
         self.read_to_end = False
+        # The bound on the host call under way (`bounds.call_ends`): at its end the watchdog shuts the socket down.
+        self._ends = (0.0, False)
+        self._socket: Any = None
+        self._alarm: Alarm | None = None
+        self._timed_out = False
 
     def __iter__(self) -> Iterator[StreamEvent]:
         return self
@@ -50,8 +56,13 @@ class RemoteGeneration:
         if self._finished or self._closed:
             raise StopIteration
         try:
+            # Each step (a host call on the stream) ends by the run's deadline, else within
+            # `read-timeout-s`, whatever the server sends meanwhile (keep-alives, empty chunks, a byte at a time).
+            self._ends = call_ends(self._model.config.read_timeout_s)
             if self._chunks is None:
                 self._start()
+            else:
+                self._alarm = arm(self._ends[0], self._time_up)
             while self._done is None:
                 event = self._step()
                 if event is not None:
@@ -59,6 +70,10 @@ class RemoteGeneration:
         except LlmError:
             self.close()
             raise
+        finally:
+            # Between host calls nothing waits on the server: no bound runs (the stream's idle limit applies).
+            if self._alarm is not None:
+                self._alarm.disarm()
         self._finished = True
         self.close()
         return self._done
@@ -67,13 +82,23 @@ class RemoteGeneration:
         self._model.acquire()
         self._holds_slot = True
         body = dict(self._body)
-        url, stream = self._model.call("the completion request", lambda client: client.completions.create(**body))
+        url, stream = self._model.call(
+            "the completion request", lambda client: client.completions.create(**body), self._ends
+        )
         with self._lock:
             self._url, self._stream = url, stream
+            self._socket = socket_of(getattr(stream, "response", None))
             if self._closed:  # closed while connecting
                 stream.close()
                 raise StopIteration
+            self._alarm = arm(self._ends[0], self._time_up)
         self._chunks = iter(stream)
+
+    def _time_up(self) -> None:
+        """The watchdog's: the host call passed its bound; the blocked read returns (cut) at once."""
+        if not self.read_to_end:  # (a connection read to its end may serve another request now)
+            self._timed_out = True
+            shut(self._socket)
 
     def _step(self) -> StreamEvent | None:
         """Read one chunk; returns the event it makes certain, if any (`_done` is set when it ends)."""
@@ -82,6 +107,8 @@ class RemoteGeneration:
         try:
             chunk = next(self._chunks)
         except StopIteration:
+            if self._timed_out:  # the watchdog shut the socket: the stream ends as if cut
+                raise self._model.timed_out(self._url, "the completion request", self._ends[1]) from None
             if state.finish_reason is None:
                 raise EngineError(
                     f"the stream from {self._url} was cut mid-way: it ended before a finish reason"
@@ -92,34 +119,47 @@ class RemoteGeneration:
         except LlmError:
             raise
         except Exception as e:  # noqa: BLE001 - any transport failure mid-stream ends the generation
+            if self._timed_out:
+                raise self._model.timed_out(self._url, "the completion request", self._ends[1]) from None
             if self._closed:
                 raise StopIteration from None
-            raise EngineError(f"the stream from {self._url} was cut mid-way: {_cause(e) or type(e).__name__}") from None
-        if getattr(chunk, "usage", None) is not None:
-            self.server_usage = chunk.usage
-            details = getattr(chunk.usage, "prompt_tokens_details", None)
+            why = self._model.scrub(_cause(e) or type(e).__name__)
+            raise EngineError(f"the stream from {self._url} was cut mid-way: {why}") from None
+        if self._timed_out:
+            raise self._model.timed_out(self._url, "the completion request", self._ends[1])
+        usage = getattr(chunk, "usage", None)
+        if usage is not None:
+            self.server_usage = usage
+            details = getattr(usage, "prompt_tokens_details", None)
             cached = getattr(details, "cached_tokens", None) if details is not None else None
-            self.cached_tokens = int(cached) if cached is not None else None
-        if state.finish_reason is not None or not chunk.choices:
+            self.cached_tokens = None if cached is None else self._count(cached, "usage.prompt_tokens_details")
+        choices = getattr(chunk, "choices", None)
+        if state.finish_reason is not None or not choices:
             return None  # the finish came already: only usage may follow
-        choice = chunk.choices[0]
+        if not isinstance(choices, list):
+            raise self._malformed("choices", choices, "a list")
+        choice = choices[0]
+        text = getattr(choice, "text", None)
+        if text is not None and not isinstance(text, str):
+            raise self._malformed("choices[0].text", text, "a string")
+        finish_reason = getattr(choice, "finish_reason", None)
+        if finish_reason is not None and not isinstance(finish_reason, str):
+            raise self._malformed("choices[0].finish_reason", finish_reason, "a string")
         event: StreamEvent | None = None
-        if choice.text:
+        if text:
             used = state.prompt_token_count + len(state.token_ids) + 1
             step = state.on_token(
-                0, choice.text.encode(), end_of_generation=False, context_full=used >= self._model.config.context_length
+                0, text.encode(), end_of_generation=False, context_full=used >= self._model.config.context_length
             )
             event = _without_ids(step.chunk)
-            if step.finish is not None and state.stopped_by_sequence:
-                # Certain now, and the server would go on: close the request at once (usage counted here).
+            if step.finish is not None:
+                # Certain now (a stop sequence, or the token budget or the context spent): close the request at
+                # once, reading nothing more, not even the server's usage (counted here). A server need not end
+                # at the limit it was sent.
                 self._finish_done()
                 return event
-            if step.finish is not None:
-                # The token budget (or the context) is spent: the server, given the same limit, ends right
-                # after this, so its final chunks are read for its usage.
-                return event
-        if choice.finish_reason is not None:
-            if choice.finish_reason == "length":
+        if finish_reason is not None:
+            if finish_reason == "length":
                 step = state.end(FinishReason.LENGTH)
             else:  # "stop": end-of-generation (we never send stop strings), whose token counts as generated
                 step = state.on_token(0, b"", end_of_generation=True, context_full=False)
@@ -130,13 +170,26 @@ class RemoteGeneration:
                 event = event or late
         return event
 
+    def _count(self, value: Any, field: str) -> int:
+        """A count the server sent, checked: `runtime-error` naming the field for anything but an integer >= 0."""
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise self._malformed(field, value, "a count (an integer of 0 or more)")
+        return value
+
+    def _malformed(self, field: str, value: Any, wanted: str) -> EngineError:
+        shown = self._model.scrub(repr(value)[:60])
+        return EngineError(f"{self._url} sent a malformed completion chunk: `{field}` is {shown}, not {wanted}")
+
     def _finish_done(self) -> None:
         state = self.state
         usage = state.usage
         server = self.server_usage
         if self.read_to_end and server is not None:
             usage = Usage(
-                prompt_token_count=int(server.prompt_tokens), generated_token_count=int(server.completion_tokens)
+                prompt_token_count=self._count(getattr(server, "prompt_tokens", None), "usage.prompt_tokens"),
+                generated_token_count=self._count(
+                    getattr(server, "completion_tokens", None), "usage.completion_tokens"
+                ),
             )
         assert state.finish_reason is not None
         self._done = StreamDone(finish_reason=state.finish_reason, usage=usage)
@@ -147,7 +200,10 @@ class RemoteGeneration:
                 return
             self._closed = True
             stream = self._stream
-        if stream is not None:
+        if self._alarm is not None:
+            self._alarm.disarm()
+        if stream is not None and not self.read_to_end:
+            shut(self._socket)  # wakes a read blocked in another thread (closing alone does not)
             with contextlib.suppress(Exception):  # already broken: nothing more to release
                 stream.close()  # closes the connection: the server cancels the request
         if self._holds_slot:

@@ -13,13 +13,13 @@ import binascii
 import hashlib
 import hmac
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from llmhost.domain.errors import StoreFailure
+from llmhost.domain.errors import LlmError, StoreFailure
 from llmhost.domain.limits import KV_QUOTA_PREFIX, MAX_KV_KEY_BYTES, MAX_KV_VALUE_BYTES
-from llmhost.domain.redaction import describe_key
+from llmhost.domain.redaction import describe_key, redact_quoted
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 # A counter's value, as `increment` reads and writes it: an optional minus sign and digits without leading zeros
@@ -64,6 +64,20 @@ class KvBackend(Protocol):
     def close(self) -> None: ...
 
 
+class KeyFailure(StoreFailure):
+    """A `StoreFailure` whose message quotes a key by `describe_key` (its first characters). Scrubbing it masks that
+    quote whole when the key holds one of the component's secrets: the characters shown may be part of it."""
+
+    def __init__(self, message: str, key: str, *also: str) -> None:
+        super().__init__(message)
+        self.key = key
+        self.also = also  # other forms of the key to check (the key a cursor encodes)
+
+    def scrubbed(self, scrub: Callable[[str], str]) -> LlmError:
+        message = scrub(redact_quoted(self.message, self.key, scrub, self.also))
+        return self if message == self.message else StoreFailure(message)
+
+
 # -- keys and values ------------------------------------------------------------------------------------------------
 
 
@@ -77,13 +91,14 @@ def check_key(key: str) -> bytes:
     except UnicodeEncodeError as error:
         raise StoreFailure(f"invalid key: not valid UTF-8 (a lone surrogate at character {error.start})") from None
     if len(encoded) > MAX_KV_KEY_BYTES:
-        raise StoreFailure(
+        raise KeyFailure(
             f"invalid key: {len(encoded)} bytes of UTF-8, more than the {MAX_KV_KEY_BYTES} a key may have "
-            f"({describe_key(key)})"
+            f"({describe_key(key)})",
+            key,
         )
     nul = key.find("\0")
     if nul >= 0:
-        raise StoreFailure(f"invalid key: it contains a NUL character at position {nul} ({describe_key(key)})")
+        raise KeyFailure(f"invalid key: it contains a NUL character at position {nul} ({describe_key(key)})", key)
     return encoded
 
 
@@ -143,17 +158,18 @@ def parse_counter(key: str, value: bytes | None) -> int:
 
 
 def not_a_counter(key: str) -> StoreFailure:
-    return StoreFailure(
+    return KeyFailure(
         f"increment: the value of {describe_key(key)} is not a decimal integer in the signed 64-bit range (set it to "
-        "one, or delete it, first)"
+        "one, or delete it, first)",
+        key,
     )
 
 
 def add_checked(key: str, current: int, delta: int) -> int:
     result = current + delta
     if not I64_MIN <= result <= I64_MAX:
-        raise StoreFailure(
-            f"increment: {describe_key(key)} would overflow a signed 64-bit integer ({current} + {delta})"
+        raise KeyFailure(
+            f"increment: {describe_key(key)} would overflow a signed 64-bit integer ({current} + {delta})", key
         )
     return result
 
@@ -171,15 +187,26 @@ def encode_cursor(store: str, last_key: str) -> str:
 def decode_cursor(store: str, cursor: str) -> str:
     """The last key a cursor of `encode_cursor` names; `StoreFailure` for anything else."""
     parts = cursor.split(".")
+    also = _decoded(parts[1]) if len(parts) == 3 else ()
     if len(parts) == 3 and parts[0] == _CURSOR_PREFIX and hmac.compare_digest(parts[2], _cursor_check(store, parts[1])):
         try:
             return base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)).decode("utf-8")
         except (binascii.Error, ValueError):
             pass
-    raise StoreFailure(
+    raise KeyFailure(
         f"list-keys: the cursor {describe_key(cursor)} was not returned by store {store!r}'s list-keys (pass the "
-        "cursor of the previous page unchanged, or none for the first page)"
+        "cursor of the previous page unchanged, or none for the first page)",
+        cursor,
+        *also,
     )
+
+
+def _decoded(body: str) -> tuple[str, ...]:
+    """The key a cursor's body encodes, if it decodes (a cursor shows its key's first characters in base64)."""
+    try:
+        return (base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode("utf-8", "replace"),)
+    except (binascii.Error, ValueError):
+        return ()
 
 
 def _cursor_check(store: str, body: str) -> str:

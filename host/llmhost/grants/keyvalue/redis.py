@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from llmhost.domain.errors import StoreFailure
 from llmhost.domain.limits import KV_BACKEND_TIMEOUT_S
 from llmhost.domain.redaction import describe_key, redact_url, scrub, url_secrets
-from llmhost.grants.keyvalue.base import StoreLimits, growth_error, not_a_counter
+from llmhost.grants.keyvalue.base import KeyFailure, StoreLimits, growth_error, not_a_counter
 
 T = TypeVar("T")
 
@@ -211,7 +211,7 @@ class RedisBackend:
         if reply[0] == b"nan":
             raise not_a_counter(key)
         if reply[0] == b"overflow":
-            raise StoreFailure(f"increment: {describe_key(key)} would overflow a signed 64-bit integer (+ {delta})")
+            raise KeyFailure(f"increment: {describe_key(key)} would overflow a signed 64-bit integer (+ {delta})", key)
         raise self._refused(reply)
 
     def swap(self, key: str, expected: bytes | None, value: bytes, timeout: float) -> tuple[bool, bytes | None]:
