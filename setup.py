@@ -13,7 +13,9 @@ setup(
     package_data={
         # The guest SDKs: Python (llmhost_guest) and JavaScript (its modules, index.d.ts and package.json).
         "llmhost": ["py.typed", "guest_sdk/llmhost_guest/*.py", "guest_sdk_js/llmhost/*"],
-        "llmhost.wit": ["*.wit", "0.1.0/*.wit", "0.2.0/*.wit", "0.2.1/*.wit", "0.2.2/*.wit", "deps/*/*.wit"],
+        # Every WIT version wit/ holds (tests/unit/test_wheel_wit.py compares the two): today's at the top, each
+        # earlier one in its own folder, the standard WIT of the proposals in deps/ beside either.
+        "llmhost.wit": ["*.wit", "*/*.wit", "deps/*/*.wit", "*/deps/*/*.wit"],
         # The guest examples are also `llmhost new`'s templates (llmhost/templates).
         # app.py and its modules; app.js and package.json (the JavaScript examples)
         "llmhost.examples": [

@@ -179,6 +179,35 @@ def test_sdk(host: Host, kv_wasm: dict[str, Path]) -> None:
     assert "invalid key: not valid UTF-8" in quota[4]["err"]["message"]
 
 
+def test_sdk_json_values_and_deltas_outside_s64(host: Host, kv_wasm: dict[str, Path]) -> None:
+    """`Store.set_json`/`get_json` round-trip any JSON value (as the JS SDK's setJson/getJson do), stored as its JSON
+    text; an increment delta outside s64 is a KvError naming the range, never a trap in the bindings."""
+    app = load(host, kv_wasm["kv_probe"])
+    value = {"name": "Ada", "tags": ["é", 1, 2.5, None, True]}
+    results = steps(
+        app,
+        "default",
+        ["set-json", "profile", value],
+        ["get-json", "profile"],
+        ["get", "profile"],
+        ["get-json", "unset-json"],
+        ["set", "not-json", "{oops"],
+        ["get-json", "not-json"],
+        ["incr", "n", 2**63],
+        ["incr", "n", -(2**63) - 1],
+        ["incr", "n", -(2**63)],
+        api="sdk",
+    )
+    assert results[0] == {"ok": None}
+    assert results[1] == {"ok": value}
+    assert json.loads(results[2]["ok"]) == value
+    assert results[3] == {"ok": None}
+    assert results[5]["err"]["kind"] == "other" and "is not JSON" in results[5]["err"]["message"]
+    for result in results[6:8]:
+        assert result["err"]["kind"] == "other" and "s64" in result["err"]["message"], result
+    assert results[8] == {"ok": -(2**63)}
+
+
 def config_file(tmp_path: Path, kv_config: HostConfig, extra: str = "") -> Path:
     shared = kv_config.key_value["shared"]
     path = tmp_path / "llmhost.toml"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from llmhost.config import HostConfig
+from llmhost.config import HostConfig, ModelConfig
+from llmhost.domain.kinds import ModelKind
 from llmhost.engine.kinds import FileFacts, file_facts
 
 HEADER = ("NAME", "KIND", "CONTEXT", "SIZE", "QUANT", "TEMPLATE", "ALIASES", "SOURCE")
@@ -16,6 +17,14 @@ def _size(size: int | None) -> str:
 
 def _template(facts: FileFacts) -> str:
     return "-" if facts.chat_template is None else ("yes" if facts.chat_template else "no")
+
+
+def _context(model: ModelConfig, facts: FileFacts) -> str:
+    """The window the engine will use: an encoder's learned positions end at its training context, so an embedding
+    model gets the smaller of the two (as the decoder sets n_ctx); a causal model gets the configured length."""
+    if facts.kind is ModelKind.EMBEDDING and facts.trained_context is not None and model.backend != "openai":
+        return str(min(model.context_length, facts.trained_context))
+    return str(model.context_length)
 
 
 def model_rows(config: HostConfig) -> list[str]:
@@ -32,7 +41,7 @@ def model_rows(config: HostConfig) -> list[str]:
             (
                 name,
                 facts.kind.value,
-                str(model.context_length),
+                _context(model, facts),
                 _size(facts.size),
                 facts.quantization or "-",
                 _template(facts),

@@ -11,6 +11,7 @@ prints one JSON line.
                              opened); one {"ok": ...} or {"err": {"kind", "message"}} per step
     sdk STORE STEPS_JSON     the same through `llmhost_guest.kv`: ["get", K] ["set", K, TEXT] ["delete", K]
                              ["exists", K] ["keys"] ["incr", K, DELTA] ["bad-key"] (a lone surrogate) ["set-size", K, N]
+                             ["set-json", K, VALUE] ["get-json", K] (parsed)
     count STORE KEY N        increment KEY N times (SDK); the last value
     bench STORE N            N sets (new values) then N increments (SDK): {"set-per-s", "increment-per-s"}
     loop STORE N MS          set key loop-I for I < N (SDK), MS ms apart: each {"ok": ms} or {"err": {kind, message,
@@ -129,6 +130,10 @@ def sdk_step(store, step):
         return store.increment(args[0], int(args[1]))
     if op == "bad-key":
         return store.set("bad\ud800key", "x")
+    if op == "set-json":
+        return store.set_json(args[0], args[1])
+    if op == "get-json":
+        return store.get_json(args[0])
     raise ValueError(f"unknown step {op!r}")
 
 

@@ -4,6 +4,7 @@ from llmhost_guest import kv
 visits = kv.open().increment("visits")          # the "default" store
 kv.open("cache").set("answer", "42")            # str values are stored as UTF-8
 print(kv.open("cache").get("answer"))            # b"42" (None when unset)
+kv.open("cache").set_json("user", {"name": "Ada"})  # any JSON value (the JS SDK's setJson/getJson)
 
 Every failure raises `KvError`, whose `.kind` is "no-such-store", "access-denied", "quota" (a quota of the store:
 the message names its config key) or "other" (an invalid key, the backend unreachable...).
@@ -11,12 +12,15 @@ the message names its config key) or "other" (an invalid key, the backend unreac
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 __all__ = ["KvError", "Store", "open"]
 
 # The host starts every quota error's message with this (llmhost's `KV_QUOTA_PREFIX`).
 _QUOTA_PREFIX = "quota exceeded"
+# `wasi:keyvalue/atomics.increment` takes an s64: a delta outside it would fail in the bindings, trapping the guest.
+_S64_MIN, _S64_MAX = -(2**63), 2**63 - 1
 _KINDS = {"Error_NoSuchStore": "no-such-store", "Error_AccessDenied": "access-denied", "Error_Other": "other"}
 
 
@@ -90,6 +94,24 @@ class Store:
         """Store `value` under `key` (a str as UTF-8); durable once it returns."""
         _call(self._bucket.set, _key(key), _bytes(value))
 
+    def get_json(self, key: str) -> Any:
+        """The value of `key` parsed as JSON (UTF-8), or None when it is not set."""
+        value = self.get(key)
+        if value is None:
+            return None
+        try:
+            return json.loads(value.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as error:
+            raise KvError("other", f"the value of {key!r} is not JSON: {error}") from None
+
+    def set_json(self, key: str, value: Any) -> None:
+        """Store `value` as JSON text (`json.dumps`, UTF-8) under `key`; durable once it returns."""
+        try:
+            text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as error:
+            raise KvError("other", f"invalid value: not JSON-serializable ({error})") from None
+        self.set(key, text)
+
     def delete(self, key: str) -> None:
         """Remove `key` (nothing happens when it is not set)."""
         _call(self._bucket.delete, _key(key))
@@ -113,7 +135,11 @@ class Store:
         when many instances or hosts increment at once)."""
         from wit_world.imports import atomics
 
-        return int(_call(atomics.increment, self._bucket, _key(key), int(delta)))
+        if isinstance(delta, bool) or not isinstance(delta, int):
+            raise KvError("other", f"invalid delta: an int, not {type(delta).__name__}")
+        if not _S64_MIN <= delta <= _S64_MAX:
+            raise KvError("other", f"invalid delta: {delta} is outside the signed 64-bit range (s64)")
+        return int(_call(atomics.increment, self._bucket, _key(key), delta))
 
     def __repr__(self) -> str:
         return f"kv.Store({self.name!r})"
