@@ -455,9 +455,11 @@ def pull(ref: str, revision: str, name: str | None, add_to: Path | None) -> None
     from llmhost.engine.hub_pull import pull as pull_file
 
     repo, selector = parse_ref(ref)
-    pulled = pull_file(repo, selector, revision, _log_note)
+    key = name or model_name(repo)
+    # The table's values are checked before the download (config_table refuses what TOML could not hold as is).
+    pulled = pull_file(repo, selector, revision, _log_note, lambda file: config_table(key, repo, revision, file))
     _log_note(f"{repo} at commit {pulled.commit}: {pulled.path}")
-    table = config_table(name or model_name(repo), pulled)
+    table = config_table(key, pulled.repo, pulled.revision, pulled.filename)
     click.echo(table, nl=False)
     if add_to is not None:
         add_table(add_to, table)

@@ -5,6 +5,7 @@ errors a user meets, and the cache being what every command then resolves. Nothi
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,13 +70,15 @@ def test_a_cut_connection_is_resumed_from_where_it_stopped(
 ) -> None:
     hub.cut_once.add(FILE)
     first = pull(hub, tmp_path, f"{REPO}:{FILE}")
-    if first.exit_code != 0:  # the client gave up on the cut: no file a start would use, and the next pull resumes
-        assert "resume" in first.stderr and pulled_file(tmp_path, monkeypatch) is None
-        assert pull(hub, tmp_path, f"{REPO}:{FILE}").exit_code == 0
+    # No file a start would use, and the message promises what the next pull does: resume from the bytes kept.
+    kept = re.search(r"\((\d+) of (\d+) bytes kept\): run the command again to resume from there", first.stderr)
+    assert first.exit_code == 2 and kept, first.stderr
+    assert pulled_file(tmp_path, monkeypatch) is None
+    assert pull(hub, tmp_path, f"{REPO}:{FILE}").exit_code == 0
     gets = [(path, ranged) for method, path, ranged in hub.requests if method == "GET" and path.endswith(FILE)]
     assert gets[0][1] is None and len(gets) == 2, gets  # the whole file once, then only the rest
     offset = int((gets[1][1] or "").removeprefix("bytes=").removesuffix("-"))
-    assert 0 < offset < smollm2_path_size(hub)
+    assert 0 < offset == int(kept.group(1)) < smollm2_path_size(hub) == int(kept.group(2))
     path = pulled_file(tmp_path, monkeypatch)
     assert path is not None and sha256(path) == SMOLLM2_SHA256
 

@@ -8,6 +8,7 @@ import pytest
 from llmhost.config import ModelConfig
 from llmhost.domain.errors import EngineError
 from llmhost.domain.kinds import ModelKind
+from llmhost.engine.hub_download import hub_file, plain_path
 from llmhost.engine.hub_pull import _choose, config_table, model_name, parse_ref
 from llmhost.engine.kinds import kind_from_metadata
 
@@ -52,7 +53,39 @@ def test_hub_config_keys_are_checked() -> None:
         ModelConfig.model_validate({"hf-repo": "a/b", "path": "x.gguf"})
     with pytest.raises(ValueError, match="need `hf-repo`"):
         ModelConfig.model_validate({"hf-file": "*.gguf"})
-    assert config_table  # (the table's text is checked end to end in tests/integration/test_pull.py)
+
+
+def test_the_config_table_holds_only_names_toml_takes_as_they_are() -> None:
+    """(End to end, with `--config` and the config loader: tests/integration/test_pull_hostile.py.)"""
+    table = config_table("qwen2.5", "a/b-GGUF", "refs/pr/1", "sub/x-Q4_K_M.gguf")
+    assert (
+        table == '[models."qwen2.5"]\nhf-repo = "a/b-GGUF"\nhf-file = "sub/x-Q4_K_M.gguf"\nhf-revision = "refs/pr/1"\n'
+    )
+    for args in [('x"', "a/b", "main", "f.gguf"), ("x", "a/b", "main", 'f".gguf'), ("x", "a/b", "m\n[sandbox]", "f")]:
+        with pytest.raises(EngineError, match="config table cannot hold"):
+            config_table(*args)
+
+
+@pytest.mark.parametrize("name", ["../x.gguf", "a/../../x.gguf", "/x.gguf", "a//x.gguf", "a\\x.gguf", "x\n.gguf", ""])
+def test_names_that_are_not_plain_are_refused(name: str) -> None:
+    with pytest.raises(EngineError, match="not a plain name"):
+        plain_path(name, "the file name")
+    assert plain_path("sub/x-Q4_K_M.gguf", "the file name") == "sub/x-Q4_K_M.gguf"
+
+
+def test_what_the_hub_says_of_a_file_is_checked_before_it_names_a_path() -> None:
+    sha, commit = "a" * 64, "0" * 40
+    assert hub_file("a/b", "x.gguf", commit, sha, 10).sha256 == sha
+    for bad, says in [
+        (("../b", "x.gguf", commit, sha, 10), "not a Hub repo name"),
+        (("a/b", "x.gguf", "../../x", sha, 10), "not a commit hash"),
+        (("a/b", "x.gguf", commit, "../../x", 10), "no sha256"),
+        (("a/b", "x.gguf", commit, None, 10), "no sha256"),
+        (("a/b", "x.gguf", commit, sha, None), "no size"),
+        (("a/b", "x.gguf", commit, sha, True), "no size"),
+    ]:
+        with pytest.raises(EngineError, match=says):
+            hub_file(*bad)  # type: ignore[arg-type]
 
 
 def test_kind_config_conflicts_name_both_keys() -> None:

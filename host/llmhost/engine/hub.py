@@ -1,5 +1,5 @@
 """Models from the Hugging Face Hub (`hf-repo`): their files in the Hub's own cache (HF_HOME), shared with other
-tools. Resolving reads the cache only; `llmhost pull` and `--pull` download (engine/hub_pull.py)."""
+tools. Resolving reads the cache only; `llmhost pull` and `--pull` download (engine/hub_pull.py, hub_download.py)."""
 
 from __future__ import annotations
 
@@ -38,10 +38,17 @@ def pull_command(config: ModelConfig) -> str:
     return f"llmhost pull {config.hf_repo}{selector}{revision}"
 
 
+def repo_dir(repo: str) -> Path:
+    """`repo`'s folder in the cache (huggingface_hub's layout: blobs/, snapshots/COMMIT/, refs/REVISION)."""
+    return hub_cache() / f"models--{repo.replace('/', '--')}"
+
+
 def snapshot_dir(repo: str, revision: str) -> Path | None:
     """The cached snapshot of `revision` (a branch, tag or commit) of `repo`, if one was downloaded."""
-    root = hub_cache() / f"models--{repo.replace('/', '--')}"
+    root = repo_dir(repo)
     commit = revision if _COMMIT.match(revision) else None
+    if commit is None and (revision.startswith("/") or ".." in revision.split("/")):
+        return None  # a ref outside refs/ is never read (`pull` refuses such a revision)
     if commit is None:
         try:
             commit = (root / "refs" / revision).read_text().strip()

@@ -1,13 +1,14 @@
 """`llmhost pull` and `--pull`: a GGUF (every part of a split one) downloaded from the Hugging Face Hub into its
-cache with huggingface_hub (resumed when interrupted, progress on a terminal), then checked: the size and the Hub's
-sha256, and the GGUF header. A file that fails a check is removed, so no later start uses it."""
+cache (engine/hub_download.py: names checked, resumed when interrupted, progress on a terminal), then checked: the
+size and the Hub's sha256, and the GGUF header. A file that fails a check is removed, so no later start uses it.
+huggingface_hub only reads the repo's file list here."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +17,11 @@ from typing import Any
 from llmhost.config import ModelConfig, read_toml
 from llmhost.domain.errors import EngineError
 from llmhost.engine.hub import first_part, hub_cache, matching, offline
+from llmhost.engine.hub_download import HubFile, fetch, hub_file, plain_path, remove
 
 _QUANT = re.compile(r"(?i)(?:^|[-._])((?:I?Q\d\w*?)|F16|F32|BF16)(?=[-._](?:\d{5}-of-\d{5}\.)?gguf$|\.gguf$)")
 _SPLIT = re.compile(r"-\d{5}-of-\d{5}\.gguf$")
+TABLE_SAFE = re.compile(r"[A-Za-z0-9._/-]+")  # what `pull --config` writes into a TOML string unescaped
 
 
 @dataclass(frozen=True)
@@ -53,26 +56,38 @@ def quantizations(names: list[str]) -> list[str]:
     return sorted({m.group(1).upper() for n in names if (m := _QUANT.search(Path(n).name))})
 
 
-def pull(repo: str, selector: str | None, revision: str = "main", note: Callable[[str], None] | None = None) -> Pulled:
-    """Download (or find complete in the cache) the GGUF `selector` picks; `EngineError` with what to do otherwise."""
+def pull(
+    repo: str,
+    selector: str | None,
+    revision: str = "main",
+    note: Callable[[str], None] | None = None,
+    check: Callable[[str], object] | None = None,
+) -> Pulled:
+    """Download (or find complete in the cache) the GGUF `selector` picks; `EngineError` with what to do otherwise.
+    `check` is called with the file's name in the repo before anything is downloaded (`pull --config`'s table)."""
     if offline():
         raise EngineError(f"HF_HUB_OFFLINE is set: cannot download {repo} (unset it, or use a cached model)")
+    plain_path(revision, "--revision")
     info = _repo_info(repo, revision)
-    sizes = {s.rfilename: (s.size, s.lfs.sha256 if s.lfs else None) for s in info.siblings or []}
+    listed = [s for s in info.siblings or [] if isinstance(s.rfilename, str)]
+    sizes = {s.rfilename: (s.size, s.lfs.sha256 if s.lfs else None) for s in listed}
     chosen = _choose(repo, list(sizes), selector)
     first = first_part(chosen)
     assert first is not None
-    _check_room([sizes[name][0] or 0 for name in chosen])
+    # Every name that becomes a path is checked before anything is written.
+    wanted = [hub_file(repo, name, info.sha, sizes[name][1], sizes[name][0]) for name in chosen]
+    if check is not None:
+        check(first)
+    _check_room([file.size for file in wanted])
     files = []
-    for name in chosen:
+    progress = sys.stderr.isatty() and not os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS")
+    for file in wanted:
         if note is not None:
-            note(f"downloading {repo}/{name} ({(sizes[name][0] or 0) / 1e6:.0f} MB, commit {info.sha})")
-        path = _download(repo, name, revision)
-        _verify(path, name, *sizes[name])
-        files.append(path)
+            note(f"downloading {repo}/{file.name} ({file.size / 1e6:.0f} MB, commit {file.commit})")
+        files.append(fetch(file, revision, endpoint(), _token(), progress))
     path = files[chosen.index(first)]
-    _check_header(path)
-    return Pulled(repo, revision, str(info.sha), tuple(files), path, first)
+    _check_header(path, wanted)
+    return Pulled(repo, revision, wanted[0].commit, tuple(files), path, first)
 
 
 def _repo_info(repo: str, revision: str) -> Any:
@@ -99,19 +114,24 @@ def _choose(repo: str, names: list[str], selector: str | None) -> list[str]:
         raise EngineError(f"{repo} has no GGUF file (llmhost runs GGUF models; look for a -GGUF repo of the model)")
     chosen = matching(names, selector)
     if not chosen:
-        present = ", ".join(quantizations(ggufs)) or ", ".join(ggufs)
+        present = ", ".join(quantizations(ggufs)) or ", ".join(map(_shown, ggufs))
         raise EngineError(f"{repo} has no GGUF file for {selector!r}; it has: {present}")
     if first_part(chosen) is None:
         firsts = [n for n in chosen if not _SPLIT.search(n) or "-00001-of-" in n]
         if len(firsts) == 1:  # a split GGUF: every part of it
             stem = _SPLIT.sub("", firsts[0])
             return sorted(n for n in ggufs if _SPLIT.sub("", n) == stem)
-        listed = ", ".join(firsts)
+        listed = ", ".join(map(_shown, firsts))
         raise EngineError(f"{repo}: {selector or 'no selector'} matches several files ({listed}): name one (REPO:FILE)")
     if _SPLIT.search(chosen[0]):  # a first part named alone: the other parts come too
         stem = _SPLIT.sub("", chosen[0])
         return sorted(n for n in ggufs if _SPLIT.sub("", n) == stem)
     return chosen
+
+
+def _shown(name: str) -> str:
+    """A name from the Hub as an error shows it: quoted when it holds control characters (a terminal's escapes)."""
+    return name if name.isprintable() else repr(name)
 
 
 def _check_room(sizes: list[int]) -> None:
@@ -124,49 +144,15 @@ def _check_room(sizes: list[int]) -> None:
         )
 
 
-def _download(repo: str, name: str, revision: str) -> Path:
-    from huggingface_hub import hf_hub_download
-
-    try:
-        return Path(
-            hf_hub_download(repo, name, revision=revision, cache_dir=hub_cache(), endpoint=endpoint(), token=_token())
-        )
-    except Exception as error:  # the partial file stays in the cache's blobs as `.incomplete`: resumed next time
-        raise EngineError(f"download of {repo}/{name} failed: {error} (run the command again to resume)") from None
-
-
-def _remove(path: Path) -> None:
-    blob = path.resolve()
-    path.unlink(missing_ok=True)
-    blob.unlink(missing_ok=True)
-
-
-def _verify(path: Path, name: str, size: int | None, sha256: str | None) -> None:
-    actual = path.stat().st_size
-    if size is not None and actual != size:
-        _remove(path)
-        raise EngineError(f"{name}: {actual} bytes where the Hub says {size}: removed; run the command again")
-    if sha256 is None:
-        return
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        while block := file.read(1 << 20):
-            digest.update(block)
-    if digest.hexdigest() != sha256:
-        _remove(path)
-        raise EngineError(
-            f"{name}: checksum mismatch (sha256 is not the Hub's {sha256}): removed; run the command again"
-        )
-
-
-def _check_header(path: Path) -> None:
+def _check_header(path: Path, files: list[HubFile]) -> None:
     from llmhost.engine.local.gguf import GgufError
     from llmhost.engine.local.gguf_meta import read_metadata
 
     try:
         read_metadata(path)
-    except GgufError as error:
-        _remove(path)
+    except (GgufError, OSError) as error:
+        for file in files:  # no part of a rejected model stays for a later start to find
+            remove(file)
         raise EngineError(f"{path.name} is no usable GGUF file ({error}): removed") from None
 
 
@@ -174,11 +160,19 @@ def model_name(repo: str) -> str:
     return re.sub(r"[-_.]gguf$", "", repo.split("/")[1], flags=re.IGNORECASE).lower()
 
 
-def config_table(name: str, pulled: Pulled) -> str:
-    """The `[models.NAME]` table that names the pulled file."""
+def config_table(name: str, repo: str, revision: str, filename: str) -> str:
+    """The `[models.NAME]` table that names the pulled file. Every value is pasted into TOML, so each must be of
+    `TABLE_SAFE`'s characters: no quote, backslash or newline can break out of its string."""
+    for what, value in (("--name", name), ("the repo", repo), ("--revision", revision), ("the file name", filename)):
+        if not TABLE_SAFE.fullmatch(value):
+            raise EngineError(
+                f"{what} {value!r} has characters a config table cannot hold (only letters, digits and . _ / -): "
+                "nothing downloaded; "
+                + ("give another --name" if what == "--name" else "write the model's table by hand")
+            )
     key = name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else f'"{name}"'
-    revision = f'hf-revision = "{pulled.revision}"\n' if pulled.revision != "main" else ""
-    return f'[models.{key}]\nhf-repo = "{pulled.repo}"\nhf-file = "{pulled.filename}"\n{revision}'
+    revision_line = f'hf-revision = "{revision}"\n' if revision != "main" else ""
+    return f'[models.{key}]\nhf-repo = "{repo}"\nhf-file = "{filename}"\n{revision_line}'
 
 
 # -- for the CLI: `--pull` and `pull --config` ------------------------------------------------------------

@@ -8,11 +8,11 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from llmhost.engine.local.gguf import GgufError
+from llmhost.engine.local.gguf import GgufError, HeaderWalk
 
 # struct formats of the fixed-size value types (u8 i8 u16 i16 u32 i32 f32 bool, u64 i64 f64).
 _FORMAT = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_STRING, _ARRAY = 8, 9
+_STRING = 8
 
 # `general.file_type` (llama.cpp's `enum llama_ftype`) -> the quantization's usual name.
 FILE_TYPES = {
@@ -25,7 +25,8 @@ FILE_TYPES = {
 
 def read_metadata(path: Path) -> dict[str, Any]:
     """Every metadata key whose value is a number, a bool or a string (arrays, e.g. the vocabulary, are skipped).
-    Raises `GgufError` for a file that is not GGUF, `OSError` for one that cannot be read."""
+    Raises `GgufError` for a file that is not GGUF or whose header is damaged or past gguf.py's bounds, `OSError`
+    for one that cannot be read."""
     if path.stat().st_size < 24:
         raise GgufError("truncated GGUF header (shorter than 24 bytes)")
     with (
@@ -34,51 +35,21 @@ def read_metadata(path: Path) -> dict[str, Any]:
         memoryview(mapped) as data,
     ):
         try:
-            return _read(data)
+            return _read(HeaderWalk(data))
         except (struct.error, UnicodeDecodeError) as error:
             raise GgufError(f"truncated or damaged GGUF header ({error})") from None
 
 
-def _read(data: memoryview) -> dict[str, Any]:
-    if bytes(data[:4]) != b"GGUF":
-        raise GgufError("not a GGUF file (no GGUF magic)")
-    version, _n_tensors, n_kv = struct.unpack_from("<IQQ", data, 4)
-    if version < 2:
-        raise GgufError(f"GGUF version {version} is not supported (2 or later)")
+def _read(walk: HeaderWalk) -> dict[str, Any]:
+    _n_tensors, n_kv = walk.start()
     found: dict[str, Any] = {}
-    at = 24
     for _ in range(n_kv):
-        key, at = _string(data, at)
-        (kind,) = struct.unpack_from("<I", data, at)
-        value, at = _value(data, at + 4, kind)
-        if value is not _SKIPPED:
-            found[key] = value
+        key = walk.string().decode("utf-8")
+        (kind,) = walk.unpack("<I")
+        if kind in _FORMAT:
+            (found[key],) = walk.unpack(_FORMAT[kind])
+        elif kind == _STRING:
+            found[key] = walk.string().decode("utf-8")  # at most gguf.MAX_STRING_BYTES
+        else:
+            walk.skip_value(kind)  # arrays; an unknown type is a GgufError
     return found
-
-
-_SKIPPED = object()
-
-
-def _string(data: memoryview, at: int) -> tuple[str, int]:
-    (length,) = struct.unpack_from("<Q", data, at)
-    end = at + 8 + length
-    if end > len(data):
-        raise GgufError("truncated GGUF header (a string runs past the end)")
-    return bytes(data[at + 8 : end]).decode("utf-8"), end
-
-
-def _value(data: memoryview, at: int, kind: int) -> tuple[Any, int]:
-    if kind in _FORMAT:
-        (value,) = struct.unpack_from(_FORMAT[kind], data, at)
-        return value, at + struct.calcsize(_FORMAT[kind])
-    if kind == _STRING:
-        return _string(data, at)
-    if kind == _ARRAY:
-        item, count = struct.unpack_from("<IQ", data, at)
-        at += 12
-        if item in _FORMAT:
-            return _SKIPPED, at + struct.calcsize(_FORMAT[item]) * count
-        for _ in range(count):
-            _, at = _value(data, at, item)
-        return _SKIPPED, at
-    raise GgufError(f"unknown GGUF metadata value type {kind}")
