@@ -10,20 +10,56 @@ statuses. Under a mount the guest sees the path below the mount point (the ASGI 
 from __future__ import annotations
 
 import concurrent.futures
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 from llmhost.api import Host, HostError
 from llmhost.config import ConfigError, EnvValue, alias_map
 from llmhost.domain.limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_LOG_BYTES
-from llmhost.serve.app import Receive, Scope, Send, ServeApp
+from llmhost.serve.app import Exchange, Receive, Scope, Send, ServeApp
 from llmhost.serve.auth import ApiKeys
 from llmhost.serve.component import HttpComponent
 from llmhost.serve.config import ComponentConfig, Limits, _settings
 from llmhost.serve.metrics import RequestObserver
 
 ORIGIN = "component_app()"  # where limits and grants came from, as error messages name it
+# What a client leaves unencoded in a path besides letters, digits, `-._~` and `/` (RFC 3986 `pchar`): a mount point
+# holding other characters (a space, non-ASCII) arrives percent-encoded as `quote` encodes it.
+PATH_SAFE = "/!$&'()*+,;=:@"
+_ABSOLUTE_FORM = re.compile(r"^https?://[^/]*", re.I)  # `GET http://host/path HTTP/1.1` (as serve.app.Exchange)
+
+
+def mount_prefix(scope: Scope) -> str | None:
+    """The raw path's prefix that is this app's mount point (the ASGI `root_path`, which a router such as Starlette's
+    `Mount` matched on the percent-decoded path): the mount point as it is or as a client encodes it. "" when the raw
+    path does not reach the mount point at all (no mount; a proxy that strips its prefix). None when it reaches it
+    only through a needless or ambiguous encoding (`/%74ools/x`, `/tools%2fx` under `/tools`): serve routes raw paths
+    and sends neither to `/tools`, so the mount refuses them with 404 too, and the guest never sees such a path."""
+    root: str = scope.get("root_path", "")
+    raw_bytes = scope.get("raw_path")
+    if not root or not raw_bytes:
+        return ""
+    raw = raw_bytes.decode("latin-1")
+    absolute = _ABSOLUTE_FORM.match(raw)
+    if absolute:
+        raw = raw[absolute.end() :] or "/"
+    for prefix in dict.fromkeys((root, quote(root, safe=PATH_SAFE))):
+        if raw.startswith(prefix) and raw[len(prefix) : len(prefix) + 1] in ("", "/"):
+            return prefix
+    decoded = unquote(raw)  # what the server decoded the routed path from
+    base = root.rstrip("/")
+    return None if decoded == base or decoded.startswith(base + "/") else ""
+
+
+class _Refused(Exchange):
+    """A request that reached the mount through an encoded prefix: 404, as serve answers it (logged and counted as
+    every request)."""
+
+    async def _serve(self) -> None:
+        await self.respond(404, f"no route for {self.path}")
 
 
 class ComponentApp(ServeApp):
@@ -35,8 +71,13 @@ class ComponentApp(ServeApp):
             max_concurrency, thread_name_prefix=f"llmhost-{component.name}"
         )
         super().__init__({component.name: component}, {"/": component.name}, executor, **options)
-        self.component = component
+        self.name = component.name
         self.max_concurrency = max_concurrency
+
+    @property
+    def component(self) -> HttpComponent:
+        """The component serving now (a `swap` replaces it; the replaced one is not kept)."""
+        return self.components[self.name]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":  # run on its own by an ASGI server (a mount gets no lifespan)
@@ -48,6 +89,13 @@ class ComponentApp(ServeApp):
                     self.close()
                     await send({"type": "lifespan.shutdown.complete"})
                     return
+        if scope["type"] == "http":
+            prefix = mount_prefix(scope)
+            if prefix is None:
+                await _Refused(self, scope, receive, send).run()
+                return
+            if prefix:  # stripped from the raw path as the guest sees it (`Exchange`): the mount point as it came
+                scope = {**scope, "root_path": prefix}
         await super().__call__(scope, receive, send)
 
     def close(self) -> None:

@@ -22,6 +22,7 @@ from starlette.routing import Mount, Route
 from llmhost import AsyncHost, FakeEngineConfig, Host, HostConfig, HostError, InferencingParams, InvalidInput
 from llmhost import component_app as make_app
 from llmhost.asgi import ComponentApp
+from llmhost.serve.app import ServeApp
 from llmhost.serve.metrics import ServeMetrics
 
 pytestmark = pytest.mark.wasm
@@ -124,3 +125,52 @@ def test_async_host_on_a_pooled_engine_gives_the_sync_results(host: Host) -> Non
             assert first.text and [e async for e in stream] == []
 
     asyncio.run(run())
+
+
+ENCODED_PREFIXES = ("/%74ools/echo", "/tools%2fecho", "/%74ools%2Fecho", "/tools%2Fecho?x=1")
+
+
+def test_an_encoded_mount_prefix_is_refused_as_serve_refuses_it(host: Host, http_wasm: dict[str, Path]) -> None:
+    """Issue 66: `/%74ools/x` and `/tools%2fx` reached the `/tools` mount (Starlette matches the decoded path) and the
+    guest saw the raw path. serve routes the raw path and sends neither to `/tools`; the mount now answers both with
+    serve's 404, while the plain prefix, and an encoding below it, still reach the guest."""
+    component = make_app(host, http_wasm["http_probe"])
+    tools = Starlette(routes=[Mount("/tools", app=component)])
+    serve = ServeApp(dict(component.components), {"/tools": component.component.name}, component._executor)
+
+    async def statuses(client: httpx.AsyncClient) -> dict[str, tuple[int, str]]:
+        got: dict[str, tuple[int, str]] = {}
+        for path in (*ENCODED_PREFIXES, "/tools/echo", "/tools/%65cho"):
+            reply = await client.get(httpx.URL(f"{client.base_url}{path}"))
+            text = json.loads(reply.text)["path"] if reply.status_code == 200 else reply.text.strip()
+            got[path] = (reply.status_code, text)
+        return got
+
+    async def run() -> tuple[dict[str, tuple[int, str]], dict[str, tuple[int, str]]]:
+        async with served(tools) as client:
+            mounted = await statuses(client)
+        async with served(serve) as client:
+            routed = await statuses(client)
+        return mounted, routed
+
+    mounted, routed = asyncio.run(run())
+    component.close()
+    for path in ENCODED_PREFIXES:  # the request reached the server with its encoding (serve's message quotes it)
+        assert routed[path] == (404, f"no route for {path.split('?')[0]}"), routed
+        assert mounted[path] == routed[path], (path, mounted)
+    assert routed["/tools/echo"] == (200, "/tools/echo") and mounted["/tools/echo"] == (200, "/echo")
+    assert routed["/tools/%65cho"][0] == mounted["/tools/%65cho"][0] == 404  # the guest's own: "/%65cho" is no echo
+    assert "http-probe: no operation" in mounted["/tools/%65cho"][1]
+
+
+def test_a_mount_point_a_client_must_encode_is_stripped(host: Host, http_wasm: dict[str, Path]) -> None:
+    component = make_app(host, http_wasm["http_probe"])
+    app = Starlette(routes=[Mount("/my tools/é", app=component)])
+
+    async def run() -> httpx.Response:
+        async with served(app) as client:
+            return await client.get("/my%20tools/%C3%A9/echo?x=1")
+
+    reply = asyncio.run(run())
+    component.close()
+    assert reply.status_code == 200 and json.loads(reply.text)["path"] == "/echo?x=1"

@@ -117,3 +117,18 @@ def test_a_component_importing_what_the_host_lacks(fake_host: Host, tmp_path: Pa
     wasm = write_component(tmp_path / "needs-db.wasm", wat)
     with pytest.raises(LoadError, match=r"acme:db/query@1.0.0.*does not provide"):
         fake_host.load(wasm)
+
+
+def test_a_component_nothing_uses_is_freed_and_loads_again_from_disk(tmp_path: Path) -> None:
+    """Issue 66: the memory cache held every component for the process's life (`--watch` kept each version's code);
+    it holds them only while something uses them."""
+    import weakref
+
+    wasm = write_component(tmp_path / "empty.wasm", EMPTY_COMPONENT)
+    cache = ComponentCache(create_wasmtime_engine(), tmp_path / "components", note=lambda _: None)
+    first = cache.load(wasm)
+    freed = weakref.ref(first.component)
+    del first
+    assert freed() is None  # by reference counting: nothing else held it
+    again = cache.load(wasm)
+    assert not again.compiled and again.cache_file.is_file()  # deserialized from the disk cache

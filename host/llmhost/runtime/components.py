@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -83,9 +84,11 @@ class ComponentCache:
         self._optimize_later = optimize_later  # and then compile with Cranelift in the background
         self._directory = directory
         self._note = note
-        # Components already in memory, by cache file: loading the same app again (a server reloading it, tests)
-        # skips even the deserialization.
-        self._loaded: dict[Path, Component] = {}
+        # Components already in memory, by cache file, for as long as something uses them: loading the same app again
+        # (a server reloading it, tests) skips even the deserialization. Weakly held: the version `--watch` replaced
+        # is freed with its last user (its compiled code is ~53 MB for a Python guest), not kept for the process's
+        # life; going back to it deserializes it from the disk cache.
+        self._loaded: weakref.WeakValueDictionary[Path, Component] = weakref.WeakValueDictionary()
 
     def cache_file(self, wasm: bytes, strategy: Strategy = "cranelift") -> Path:
         key = hashlib.sha256()
@@ -112,8 +115,9 @@ class ComponentCache:
         return self._compile(path, wasm, cache_file, self._engine, "cranelift")
 
     def _cached(self, cache_file: Path, engine: Engine, strategy: Strategy) -> LoadedComponent | None:
-        if cache_file in self._loaded:
-            return LoadedComponent(self._loaded[cache_file], cache_file, False, engine, strategy)
+        in_memory = self._loaded.get(cache_file)  # one look-up: a weak entry can go between two
+        if in_memory is not None:
+            return LoadedComponent(in_memory, cache_file, False, engine, strategy)
         if not cache_file.is_file():
             return None
         try:

@@ -122,8 +122,8 @@ class HttpComponent:
         self.users.retire()
 
     def close(self) -> None:
-        """Free the linker (the host's functions for this component); its compiled code stays in the host's cache,
-        so that going back to these sources loads at once."""
+        """Free the linker (the host's functions for this component); its compiled code is freed with this object
+        (the host's cache holds it weakly), and going back to these sources deserializes it from the disk cache."""
         self._linker.close()
 
     def _check(self) -> str:
@@ -208,6 +208,10 @@ class HttpComponent:
         hold_until_lowered(store, lambda: self._transfers.release(cost))
 
 
+def _nothing() -> None:
+    pass
+
+
 class Users:
     """The requests using a component, counted: once it is retired and the last of them has ended, `close` is called
     (once). Any thread may call these (a guest ends on a worker thread)."""
@@ -227,14 +231,20 @@ class Users:
             self._count -= 1
             close = self._retired and self._count == 0
         if close:
-            self._close()
+            self._closed()
 
     def retire(self) -> None:
         with self._lock:
             close = not self._retired and self._count == 0
             self._retired = True
         if close:
-            self._close()
+            self._closed()
+
+    def _closed(self) -> None:
+        # `close` is the component's bound method: dropped once called, so no reference cycle keeps the component
+        # (and its ~53 MB of compiled code) alive until a full garbage collection (issue 66).
+        close, self._close = self._close, _nothing
+        close()
 
     @property
     def count(self) -> int:

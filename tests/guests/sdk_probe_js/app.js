@@ -6,6 +6,13 @@
 //   basics MODEL PROMPT N                           infer / inferStream (iterator and callback) / chat / chatStream /
 //                                                   tokenize / embed, compared with the Python host API
 //   refusals                                        the SDK's own input checks (no host call): error classes and kinds
+//   ranges MODEL                                    integers out of their WIT type's range through the SDK: what
+//                                                   each throws (null: nothing thrown)
+//   raw CASE MODEL                                  the same through the WIT bindings themselves, with no SDK: what
+//                                                   the host got (a case may trap the guest)
+import * as wit from "llmhost:llm/llm@0.2.4";
+import { increment as witIncrement } from "wasi:keyvalue/atomics@0.2.0-draft2";
+import { open as witOpen } from "wasi:keyvalue/store@0.2.0-draft2";
 import {
   ConfigError, HttpError, InvalidInput, KvError, LlmError, ModelNotSupported, config, http, kv, llm,
 } from "llmhost";
@@ -126,6 +133,55 @@ function opRefusals() {
   return out;
 }
 
+// Each integer the SDK passes to the host, out of its WIT type's range (u32, u8, u64, s64, u16).
+function opRanges(model) {
+  const store = () => kv.open("default");
+  const cases = {
+    "maxTokens": () => llm.infer("hi", { model, maxTokens: 2 ** 32 + 3 }),
+    "maxTokens-negative": () => llm.infer("hi", { model, maxTokens: -1 }),
+    "maxTokens-fraction": () => llm.inferStream("hi", { model, maxTokens: 1.5 }),
+    "topK": () => llm.infer("hi", { model, topK: 2 ** 32 }),
+    "repeatPenaltyLastNTokenCount": () => llm.infer("hi", { model, repeatPenaltyLastNTokenCount: 2 ** 40 }),
+    "seed": () => llm.infer("hi", { model, seed: 2n ** 64n }),
+    "seed-negative": () => llm.infer("hi", { model, seed: -1 }),
+    "logprobs": () => llm.infer("hi", { model, logprobs: 256 + 2 }),
+    "logitBias": () => llm.infer("hi", { model, logitBias: { [2 ** 32 + 1]: 5.0 } }),
+    "chat-maxTokens": () => llm.chat([["user", "hi"]], { model, maxTokens: 2 ** 32 + 3 }),
+    "kv-increment": () => store().increment("k", 2n ** 63n),
+    "kv-increment-low": () => store().increment("k", -(2n ** 63n) - 1n),
+    "kv-increment-fraction": () => store().increment("k", 0.5),
+    "http-status": () => http.respond(null, 65536 + 200, {}, "x"),
+  };
+  const out = {};
+  for (const [name, action] of Object.entries(cases)) {
+    try {
+      action();
+      out[name] = null;
+    } catch (error) {
+      out[name] = { type: error.name, kind: error.kind ?? null, message: error.message };
+    }
+  }
+  // In range, the same calls reach the host: the largest s64 and a u32 budget as the host sees it.
+  out["kv-increment-max"] = store().increment("max", 2n ** 63n - 1n) === 2 ** 63;
+  out["maxTokens-2"] = llm.infer("hi", { model, maxTokens: 2, temperature: 0 }).usage.generatedTokens;
+  return out;
+}
+
+// The WIT bindings with no SDK between: what reaches the host, or a trap of this guest.
+function opRaw(name, model) {
+  const params = wit.defaultParams(model);
+  switch (name) {
+    case "maxTokens":
+      return wit.infer(model, "hi", { ...params, maxTokens: 2 ** 32 + 3, temperature: 0 }).usage.generatedTokenCount;
+    case "seed":
+      return wit.infer(model, "hi", { ...params, maxTokens: 1, seed: 2n ** 64n + 1n }).usage.generatedTokenCount;
+    case "increment":
+      return Number(witIncrement(witOpen("default"), "raw", 2n ** 63n));
+    default:
+      throw new Error(`unknown raw case ${name}`);
+  }
+}
+
 // The twins of tests/guests/platform_probe/app.py.
 function opConfig(name) {
   return { value: config.get(name), all: config.getAll() };
@@ -148,7 +204,7 @@ function opKv(storeName, key, n) {
   return { get: got, missing, exists: store.exists(`${key}.text`), counts, keys };
 }
 
-const SDK_PROBE = { errors: opErrors, chat: opChat, basics: opBasics, refusals: opRefusals };
+const SDK_PROBE = { errors: opErrors, chat: opChat, basics: opBasics, refusals: opRefusals, ranges: opRanges, raw: opRaw };
 const PLATFORM_PROBE = { config: opConfig, fetch: opFetch, kv: opKv };
 
 export function run(args) {

@@ -6,10 +6,11 @@
 // "denied", "invalid-request", "timeout", "too-large", "connection").
 import { send } from "llmhost:llm/outbound-http@0.2.4";
 import { HTTP_KINDS, HttpError, call, httpError } from "./errors.js";
+import { U16_MAX, U32_MAX, unsigned } from "./ints.js";
 
 // The largest body one request can carry (the host's MAX_OUTBOUND_BODY_BYTES): refused here, before the call.
 export const MAX_BODY_BYTES = 2 * 1024 * 1024;
-const MAX_TIMEOUT_MS = 2 ** 32 - 1;
+const MAX_TIMEOUT_MS = U32_MAX; // WIT u32: a longer timeout is this one
 const encoder = new TextEncoder();
 
 export class Response {
@@ -101,6 +102,8 @@ export const INLINE_BYTES = WRITE_BYTES; // a body up to this size goes in the `
 /** The `response` for `handler.handle` to return: `body` (a Uint8Array or a string) in it when it is small;
  * otherwise `writer.start` and the body through `writer.write` in pieces, and an empty response. */
 export function respond(writer, status, headers, body) {
+  // WIT u16: out of range, the bindings would wrap it (65736 would answer 200), so it is a RangeError here.
+  status = unsigned(status, "status", U16_MAX, (message) => new RangeError(message));
   const data = typeof body === "string" ? encoder.encode(body) : body;
   const headerFields = fields(headers);
   if (data.length <= INLINE_BYTES) return { status, headers: headerFields, body: data };

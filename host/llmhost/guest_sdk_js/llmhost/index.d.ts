@@ -55,10 +55,12 @@ export interface TokenLogprob extends TopLogprob {
 }
 
 /** Options of `infer`, `inferStream`, `chat`, `chatStream`: each one not given takes the host's default for the model
- * (WIT `default-params`). At most one of `jsonSchema`, `jsonObject`, `regex`, `grammar`, `choice`. */
+ * (WIT `default-params`). At most one of `jsonSchema`, `jsonObject`, `regex`, `grammar`, `choice`. Integers are
+ * checked against their WIT type's range (u32; `seed` u64, `logprobs` u8): out of range is an `InvalidInput` naming
+ * the option, before any host call. */
 export interface InferOptions {
   model?: string;
-  /** 100 by default; null: no budget. */
+  /** 100 by default; null: no budget. At most 2**32 - 1 (WIT u32). */
   maxTokens?: number | null;
   repeatPenalty?: number;
   repeatPenaltyLastNTokenCount?: number;
@@ -66,8 +68,9 @@ export interface InferOptions {
   temperature?: number;
   topK?: number;
   topP?: number;
+  /** 0 to 2n**64n - 1n (WIT u64). */
   seed?: number | bigint | null;
-  /** How many alternatives to report per generated token (0: only the chosen token's). */
+  /** How many alternatives to report per generated token (0: only the chosen token's); at most 255 (WIT u8). */
   logprobs?: number | null;
   frequencyPenalty?: number;
   presencePenalty?: number;
@@ -238,7 +241,8 @@ export declare namespace kv {
     delete(key: string): void;
     exists(key: string): boolean;
     keys(): string[];
-    increment(key: string, delta?: number): number;
+    /** `delta`: an integer from -(2n**63n) to 2n**63n - 1n (WIT s64; out of range: a KvError of kind "other"). */
+    increment(key: string, delta?: number | bigint): number;
   }
   export function open(name?: string): Store;
   export type KvError = _KvError;
@@ -278,6 +282,7 @@ export declare namespace http {
   export function request(method: string, url: string, options?: RequestOptions): Response;
   export function get(url: string, options?: RequestOptions): Response;
   export function post(url: string, options?: RequestOptions): Response;
+  /** `status`: an integer from 0 to 65535 (WIT u16; out of range: a RangeError, where the bindings would wrap it). */
   export function respond(
     writer: ResponseWriter,
     status: number,

@@ -7,6 +7,7 @@
 import { open as witOpen } from "wasi:keyvalue/store@0.2.0-draft2";
 import { increment as witIncrement } from "wasi:keyvalue/atomics@0.2.0-draft2";
 import { KvError, call, kvError } from "./errors.js";
+import { S64_MAX, S64_MIN, bigInteger } from "./ints.js";
 
 const wrap = (fn) => call(kvError, fn);
 const encoder = new TextEncoder();
@@ -84,7 +85,9 @@ export class Store {
 
   /** Add `delta` to the integer at `key` (unset: 0) and return the new value, atomically. */
   increment(k, delta = 1) {
-    return Number(wrap(() => witIncrement(this.bucket, key(k), BigInt(delta)))); // s64: a BigInt on the wire
+    // s64: a BigInt on the wire, checked here (out of range, the bindings trap the guest).
+    const wire = bigInteger(delta, "delta", S64_MIN, S64_MAX, (message) => new KvError("other", `invalid ${message}`));
+    return Number(wrap(() => witIncrement(this.bucket, key(k), wire)));
   }
 
   toString() {

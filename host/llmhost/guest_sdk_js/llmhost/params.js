@@ -2,6 +2,7 @@
 // `default-params`, asked once per model), and WIT results -> plain objects. Mirrors llmhost_guest/params.py.
 import * as wit from "llmhost:llm/llm@0.2.4";
 import { InvalidInput, call, llmError } from "./errors.js";
+import { U32_MAX, U64_MAX, U8_MAX, bigInteger, unsigned } from "./ints.js";
 
 export const DEFAULT_MODEL = "gemma-3-270m"; // completion (`infer`, `inferStream`): a pretrained (base) model
 export const DEFAULT_CHAT_MODEL = "smollm2-135m"; // `chat`, `chatStream`, `applyChatTemplate`: the instruct built-in
@@ -53,11 +54,7 @@ function constraint(options) {
   }
 }
 
-function integer(value, name) {
-  const number = Number(value);
-  if (!Number.isInteger(number) || number < 0) throw new InvalidInput(`${name} must be an integer >= 0, not ${value}`);
-  return number;
-}
+const integer = (value, name, max = U32_MAX) => unsigned(value, name, max);
 
 /** WIT `inferencing-params` from options; `skip` names options the caller handles (`model`, `tools`...). */
 export function build(options = {}, model = DEFAULT_MODEL, skip = ["model"]) {
@@ -79,12 +76,13 @@ export function build(options = {}, model = DEFAULT_MODEL, skip = ["model"]) {
     temperature: Number(values.temperature),
     topK: integer(values.topK, "topK"),
     topP: Number(values.topP),
-    seed: values.seed === null || values.seed === undefined ? undefined : BigInt(values.seed), // u64: a BigInt
+    seed: values.seed === null || values.seed === undefined ? undefined : bigInteger(values.seed, "seed", 0n, U64_MAX),
     constraint: constraint(options),
-    logprobs: values.logprobs === null || values.logprobs === undefined ? undefined : integer(values.logprobs, "logprobs"),
+    logprobs:
+      values.logprobs === null || values.logprobs === undefined ? undefined : integer(values.logprobs, "logprobs", U8_MAX),
     frequencyPenalty: Number(values.frequencyPenalty),
     presencePenalty: Number(values.presencePenalty),
-    logitBias: bias.map(([id, b]) => ({ tokenId: integer(id, "a logitBias token id"), bias: Number(b) })),
+    logitBias: bias.map(([id, b]) => ({ tokenId: integer(id, "logitBias token id"), bias: Number(b) })),
   };
 }
 
