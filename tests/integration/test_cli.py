@@ -72,7 +72,7 @@ def test_models(fake_config_file: Path) -> None:
     assert [row.split() for row in rows] == [
         ["gemma-3-270m", "base", "4096", "253MB", "Q4_K_M", "no", "-", "(built-in)"],
         ["smollm2-135m", "instruct", "4096", "98MB", "Q4_1", "yes", "-", "(built-in)"],
-        ["all-minilm-l6-v2", "embedding", "4096", "91MB", "F32", "no", "-", "(built-in)"],
+        ["all-minilm-l6-v2", "embedding", "512", "91MB", "F32", "no", "-", "(built-in)"],  # its trained window
     ]
 
 

@@ -39,4 +39,4 @@ def test_fifty_reloads_free_each_replaced_version_once_its_last_request_ends(
     # Freed by reference counting alone (the driver turns the garbage collector off): version 0 once its request
     # ended, and every replaced version by the end.
     assert got["version0_freed"] and got["replaced_freed"]
-    assert got["last_mb"] - got["first_mb"] < MAX_GROWTH_MB, got["curve_mb"]
+    assert got["last_mb"] - got["first_mb"] < MAX_GROWTH_MB, (got["first_mb"], got["last_mb"], got["curve_mb"])
