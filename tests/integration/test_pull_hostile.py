@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from hub_server import COMMIT, Hub, _handler
+from hub_server import COMMIT, POLL_S, Hub, _handler
 from llmhost.cli import cli
 from llmhost.config import load_config
 from llmhost.engine import hub_download
@@ -93,7 +93,7 @@ def hostile_server(hub: Hostile) -> Iterator[Hostile]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     hub.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": POLL_S}, daemon=True)
     thread.start()
     try:
         yield hub

@@ -30,6 +30,7 @@ from probe_driver import ProbeOutcome
 KEY = "sk-hostile-test-0123456789abcdef"
 OTHER_CREDENTIAL = "dXNlcjpzZWNyZXRwYXNz"  # some Authorization value that is not our key
 FOUR = InferencingParams(max_tokens=4, temperature=0)
+POLL_S = 0.05  # serve_forever's shutdown poll (its default, 0.5 s, would end each test that much later)
 SLACK_S = 1.5  # past a bound: thread wake-ups, closing the connection
 HANG_S = 20.0  # what the old code exceeded (it ran on forever): the tests' own bound
 CHUNK = {"id": "x", "object": "text_completion", "created": 0, "model": "m"}
@@ -163,7 +164,7 @@ class Hostile:
 @pytest.fixture
 def hostile() -> Iterator[Hostile]:
     server = Hostile()
-    thread = threading.Thread(target=server.server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.server.serve_forever, kwargs={"poll_interval": POLL_S}, daemon=True)
     thread.start()
     yield server
     server.stop.set()
@@ -200,17 +201,36 @@ def bounded(call: Callable[[], Any], limit_s: float) -> tuple[Any, float]:
     return box[0], took
 
 
-@pytest.mark.parametrize("mode", ["keepalive", "empty", "drip", "silent-body"])
-def test_a_generation_ends_within_read_timeout_as_a_whole(hostile: Hostile, tmp_path: Path, mode: str) -> None:
-    """Keep-alives, empty chunks and a byte every 2 s each pass a per-read timeout of 3 s forever."""
-    eng = engine(hostile.url, mode, tmp_path)
+def concurrently(calls: dict[str, Callable[[], Any]], limit_s: float) -> dict[str, tuple[Any, float]]:
+    """`bounded` for each call, all at once (each waits on a timeout: run together, the cases take one's time)."""
+    results: dict[str, tuple[Any, float]] = {}
+    threads = [
+        threading.Thread(target=lambda k=key, c=call: results.__setitem__(k, bounded(c, limit_s)), daemon=True)
+        for key, call in calls.items()
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(limit_s + 1)
+    assert set(results) == set(calls), f"still running after {limit_s} s: {sorted(set(calls) - set(results))}"
+    return results
+
+
+def test_a_generation_ends_within_read_timeout_as_a_whole(hostile: Hostile, tmp_path: Path) -> None:
+    """Keep-alives, empty chunks and a byte every 2 s each pass a per-read timeout of 3 s forever (the four servers
+    run at once)."""
+    modes = ["keepalive", "empty", "drip", "silent-body"]
+    engines = {mode: engine(hostile.url, mode, tmp_path / mode) for mode in modes}
     try:
-        error, took = bounded(lambda: eng.infer("m", "Hello", FOUR), HANG_S)
-        assert isinstance(error, EngineError), error
-        assert "read-timeout-s" in error.message and "\n" not in error.message
-        assert took < 3.0 + SLACK_S
+        calls = {mode: lambda e=eng: e.infer("m", "Hello", FOUR) for mode, eng in engines.items()}
+        results = concurrently(calls, HANG_S)
+        for mode, (error, took) in results.items():
+            assert isinstance(error, EngineError), (mode, error)
+            assert "read-timeout-s" in error.message and "\n" not in error.message, mode
+            assert took < 3.0 + SLACK_S, (mode, took)
     finally:
-        eng.close()
+        for eng in engines.values():
+            eng.close()
 
 
 def test_an_endless_stream_returns_after_the_token_budget(hostile: Hostile, tmp_path: Path) -> None:
@@ -227,22 +247,26 @@ def test_an_endless_stream_returns_after_the_token_budget(hostile: Hostile, tmp_
         eng.close()
 
 
-@pytest.mark.parametrize("mode", ["silent", "keepalive"])
-def test_a_scope_deadline_ends_a_remote_step_that_waits(hostile: Hostile, tmp_path: Path, mode: str) -> None:
+def test_a_scope_deadline_ends_a_remote_step_that_waits(hostile: Hostile, tmp_path: Path) -> None:
     """A run's deadline (`set_deadline` with a reason, as `App.run` sets it) bounds a remote call far below its
     `read-timeout-s`: a silent server, or one sending keep-alives, is given up on at the deadline."""
-    eng = engine(hostile.url, mode, tmp_path, read_timeout_s=60.0)
-    scope = RunScope("run of test")
+    modes = ["silent", "keepalive"]
+    engines = {mode: engine(hostile.url, mode, tmp_path / mode, read_timeout_s=60.0) for mode in modes}
+    scopes = {mode: RunScope("run of test") for mode in modes}
     try:
-        scope.set_deadline(time.monotonic() + 2.0, "the run ran past its deadline")
-        gen = ScopedGeneration(eng.stream("m", "Hello", FOUR), scope)
-        error, took = bounded(lambda: next(gen), HANG_S)
-        assert isinstance(error, EngineError), error
-        assert "deadline" in error.message
-        assert took < 2.0 + SLACK_S
+        calls = {}
+        for mode in modes:
+            scopes[mode].set_deadline(time.monotonic() + 2.0, "the run ran past its deadline")
+            gen = ScopedGeneration(engines[mode].stream("m", "Hello", FOUR), scopes[mode])
+            calls[mode] = lambda g=gen: next(g)
+        for mode, (error, took) in concurrently(calls, HANG_S).items():
+            assert isinstance(error, EngineError), (mode, error)
+            assert "deadline" in error.message, (mode, error.message)
+            assert took < 2.0 + SLACK_S, (mode, took)
     finally:
-        scope.close()
-        eng.close()
+        for mode in modes:
+            scopes[mode].close()
+            engines[mode].close()
 
 
 def test_the_deadline_timer_cancels_the_scope_and_ends_with_the_run(tmp_path: Path) -> None:
@@ -257,16 +281,18 @@ def test_the_deadline_timer_cancels_the_scope_and_ends_with_the_run(tmp_path: Pa
     assert later.cancelled is None
 
 
-@pytest.mark.parametrize("mode", ["tokenize-silent", "tokenize-drip"])
-def test_tokenize_ends_within_its_bound(hostile: Hostile, tmp_path: Path, mode: str) -> None:
-    eng = engine(hostile.url, mode, tmp_path, read_timeout_s=2.0)
+def test_tokenize_ends_within_its_bound(hostile: Hostile, tmp_path: Path) -> None:
+    modes = ["tokenize-silent", "tokenize-drip"]
+    engines = {mode: engine(hostile.url, mode, tmp_path / mode, read_timeout_s=2.0) for mode in modes}
     try:
-        error, took = bounded(lambda: eng.tokenize("m", "Hello"), HANG_S)
-        assert isinstance(error, EngineError), error
-        assert "did not complete" in error.message or "timed out" in error.message
-        assert took < 2.0 + SLACK_S
+        results = concurrently({mode: lambda e=eng: e.tokenize("m", "Hello") for mode, eng in engines.items()}, HANG_S)
+        for mode, (error, took) in results.items():
+            assert isinstance(error, EngineError), (mode, error)
+            assert "did not complete" in error.message or "timed out" in error.message, (mode, error.message)
+            assert took < 2.0 + SLACK_S, (mode, took)
     finally:
-        eng.close()
+        for eng in engines.values():
+            eng.close()
 
 
 def test_an_endless_listing_is_a_one_line_error_at_its_cap(hostile: Hostile) -> None:

@@ -60,7 +60,7 @@ class Listing:
 @pytest.fixture(scope="module")
 def listing() -> Iterator[Listing]:
     found = Listing()
-    thread = threading.Thread(target=found.server.serve_forever, daemon=True)
+    thread = threading.Thread(target=found.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield found
     found.server.shutdown()

@@ -134,9 +134,10 @@ class TimeUp(Exception):
     """A body read whole did not end by its call's end."""
 
 
-def read_capped(response: Any, ends: float, cap: int) -> bytes:
-    """The body of an httpx response opened with `stream`, read to its end by `ends` and up to `cap` bytes:
-    `TimeUp` or `BodyTooLarge` otherwise (the response is closed either way)."""
+def _read(response: Any, ends: float, cap: int, whole: bool) -> bytes:
+    """Up to `cap` bytes of a streamed httpx response's body, by `ends` (a watchdog shuts its socket then, waking a
+    read that waits); closed either way. `whole`: the body must end within both bounds (`TimeUp`, `BodyTooLarge`
+    otherwise), else what came is returned."""
     sock = socket_of(response)
     alarm = arm(ends, lambda: shut(sock))
     parts: list[bytes] = []
@@ -144,41 +145,33 @@ def read_capped(response: Any, ends: float, cap: int) -> bytes:
     try:
         for part in response.iter_raw():
             size += len(part)
-            if size > cap:
-                raise BodyTooLarge
-            if time.monotonic() > ends:
-                raise TimeUp
             parts.append(part)
+            if size > cap or time.monotonic() > ends:
+                if not whole:
+                    break
+                raise BodyTooLarge if size > cap else TimeUp
     except (BodyTooLarge, TimeUp):
         raise
     except Exception:
-        if alarm.fired or time.monotonic() > ends:
-            raise TimeUp from None
-        raise
-    finally:
-        alarm.disarm()
-        response.close()
-    if alarm.fired:
-        raise TimeUp
-    return b"".join(parts)
-
-
-def read_head(response: Any, ends: float, cap: int) -> bytes:
-    """At most `cap` bytes of a body, read by `ends`: what an error message may quote of it (never raises)."""
-    sock = socket_of(response)
-    alarm = arm(ends, lambda: shut(sock))
-    parts: list[bytes] = []
-    size = 0
-    try:
-        for part in response.iter_raw():
-            parts.append(part)
-            size += len(part)
-            if size >= cap or time.monotonic() > ends:
-                break
-    except Exception:  # noqa: BLE001 - cut or timed out: what came is what is quoted
-        pass
+        if whole:  # a cut or shut connection: past the end it is the time bound's doing
+            if alarm.fired or time.monotonic() > ends:
+                raise TimeUp from None
+            raise
     finally:
         alarm.disarm()
         with contextlib.suppress(Exception):
             response.close()
+    if whole and alarm.fired:
+        raise TimeUp
     return b"".join(parts)[:cap]
+
+
+def read_capped(response: Any, ends: float, cap: int) -> bytes:
+    """The whole body of an httpx response opened with `stream`, read by `ends` and within `cap` bytes: `TimeUp` or
+    `BodyTooLarge` otherwise (the response is closed either way)."""
+    return _read(response, ends, cap, whole=True)
+
+
+def read_head(response: Any, ends: float, cap: int) -> bytes:
+    """At most `cap` bytes of a body, read by `ends`: what an error message may quote of it (never raises)."""
+    return _read(response, ends, cap, whole=False)
