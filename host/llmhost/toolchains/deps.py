@@ -32,6 +32,7 @@ from urllib.parse import unquote, urlsplit
 
 from llmhost.toolchains import pylock, wheels
 from llmhost.toolchains.errors import BuildError
+from llmhost.toolchains.progress import heartbeat
 from llmhost.toolchains.wheels import Note
 
 GUEST_PYTHON = "3.14"  # componentize-py 0.25.1 embeds CPython 3.14
@@ -133,10 +134,9 @@ def install(deps: Dependencies, cache_dir: Path, note: Note = None, upgrade: boo
             pylock.write(deps.app_dir, text)
             return target_parent / deps.key(text)
     target_parent.mkdir(parents=True, exist_ok=True)
-    if note is not None:
-        how = f"from {pylock.LOCK_FILE}" if lock is not None else f"({', '.join(deps.declared)})"
-        note(f"installing the guest's dependencies {how} for CPython {GUEST_PYTHON} …")
-    with tempfile.TemporaryDirectory(prefix="llmhost-deps-", dir=target_parent) as tmp:
+    how = f"from {pylock.LOCK_FILE}" if lock is not None else f"({', '.join(deps.declared)})"
+    doing = f"installing the guest's dependencies {how} for CPython {GUEST_PYTHON}"
+    with heartbeat(note, doing), tempfile.TemporaryDirectory(prefix="llmhost-deps-", dir=target_parent) as tmp:
         work = Path(tmp)
         staging = work / "site-packages"
         if lock is not None:

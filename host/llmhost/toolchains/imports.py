@@ -8,6 +8,12 @@ does not hide the others. A module that cannot be imported fails the build, nami
 import it, and why; one imported inside a `try` that catches `ImportError` is optional (a fallback's speedups).
 Names no scan can see (`__import__(name)` on a computed name) go in `[tool.llmhost] include` of the guest's
 pyproject.toml; a `ModuleNotFoundError` at run time names that key.
+
+The guest's installed dependencies are scanned the same way (`scan_dependencies`): from each module the guest
+imports, every module their files import, inside functions too (jinja2 imports `jinja2.debug` only when it renders
+an error), all optional (a dependency's own fallbacks and platform branches may fail here). A dependency package
+that imports modules by a computed name (markdown's extensions, dateutil's lazy submodules) gets all its modules.
+Every `encodings` codec is imported too: C code looks codecs up by name (`unicode-escape`), which no scan sees.
 """
 
 from __future__ import annotations
@@ -34,6 +40,9 @@ SDK_MODULES = (
 _CATCHES_IMPORT = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
 _SKIPPED_DIRS = {"__pycache__", ".git", ".venv", "venv", "node_modules", "build", "dist"}
 INCLUDE_KEY = "[tool.llmhost] include"
+# A dependency's modules never imported for the snapshot, even when its package imports its modules by computed
+# names: a script's entry point (runs on import) and test suites.
+_NOT_IMPORTED = {"__main__", "tests", "test", "testing", "conftest"}
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,7 @@ class _Finder(ast.NodeVisitor):
         # guest's own, its import is as required as the statement (this context's optionality).
         self.names: dict[str, bool] = {}
         self._guarded = int(optional)
+        self.computed = False  # an `import_module`/`__import__` of a computed name (a package loading plugins)
 
     def visit_If(self, node: ast.If) -> None:  # noqa: N802
         # `if TYPE_CHECKING:` imports never run; other conditional imports (a platform's, a version's) may fail here
@@ -134,6 +144,8 @@ class _Finder(ast.NodeVisitor):
             if isinstance(literal, str):
                 level = len(literal) - len(literal.lstrip("."))
                 self._add(_resolve(self.package, level, literal.lstrip(".") or None) if level else literal, node)
+        elif name in ("import_module", "__import__") and node.args:
+            self.computed = True
         self.generic_visit(node)
 
 
@@ -199,11 +211,64 @@ def includes(app_dir: Path) -> list[str]:
     return names
 
 
-def snapshot_imports(app_dir: Path) -> list[ImportSite]:
-    """What the entry module imports before the app: the SDK, the scanned modules, the declared includes."""
+def scan_dependencies(site: Path, start: Iterable[str]) -> list[ImportSite]:
+    """Every module the installed dependencies in `site` import, following them from `start` (the modules the guest
+    imports), function-level imports included; each optional. A file that does not parse here (syntax newer than
+    the build's Python) is skipped: its module is still imported when something names it."""
+    found: dict[str, ImportSite] = {}
+    queue = [name for module in start for name in _parents_and_self(module)]
+    seen, whole = set(queue), set[str]()
+    while queue:
+        module = queue.pop()
+        path = _own_file(site, module)
+        if path is None:
+            continue
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        where = path.relative_to(site).as_posix()
+        try:
+            tree = parse(path.read_bytes(), filename=where)
+        except (SyntaxError, ValueError):
+            continue
+        finder = _Finder(package, where, optional=True)
+        finder.visit(tree)
+        top = module.split(".")[0]
+        names = [s.module for s in finder.sites]
+        if finder.computed and top not in whole:  # it loads its own modules by name: all of them
+            whole.add(top)
+            names += _package_modules(site, top)
+        for s in finder.sites:
+            found.setdefault(s.module, s)
+        for name in (n for module_name in names for n in _parents_and_self(module_name)):
+            if name not in seen:
+                seen.add(name)
+                found.setdefault(name, ImportSite(name, where, True))
+                queue.append(name)
+    return list(found.values())  # the standard library's too: a dependency's `import decimal` in a function
+
+
+def _package_modules(site: Path, top: str) -> list[str]:
+    """Every module of the package `top` installed in `site` (not its scripts' entry points or tests)."""
+    root = site / top
+    if not (root / "__init__.py").is_file():
+        return []
+    modules = []
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(site).with_suffix("").parts
+        if _NOT_IMPORTED.intersection(parts) or _SKIPPED_DIRS.intersection(parts) or "-" in path.stem:
+            continue
+        modules.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return modules
+
+
+def snapshot_imports(app_dir: Path, site: Path | None = None) -> list[ImportSite]:
+    """What the entry module imports before the app: the SDK, the scanned modules, the declared includes, and what
+    the guest's installed dependencies (`site`) import, wherever they do."""
     sites = [ImportSite(m, "(the guest SDK)", True) for m in SDK_MODULES]
     sites += [s for s in scan(app_dir) if s.module.split(".")[0] not in ("wit_world", "componentize_py_types")]
     sites += [ImportSite(name, f"pyproject.toml {INCLUDE_KEY}", False) for name in includes(app_dir)]
+    if site is not None:
+        listed = {s.module for s in sites}
+        sites += [s for s in scan_dependencies(site, sorted(listed)) if s.module not in listed]
     return sites
 
 
@@ -220,11 +285,26 @@ def entry_source(
 
 
 _ENTRY = """\
-import {prelude}  # noqa: F401
+import sys
+
+# componentize-py imports the guest from its own directory while it snapshots it: no __pycache__ is left there.
+sys.dont_write_bytecode = True
+import {prelude}  # noqa: E402,F401
+
+
+def _llmhost_codecs():
+    # C code looks codecs up by name (`"...".decode("unicode-escape")` in jinja2's lexer), which no scan sees.
+    import encodings, importlib, pkgutil
+    for found in pkgutil.iter_modules(encodings.__path__):
+        try:
+            importlib.import_module("encodings." + found.name)
+        except BaseException:
+            pass  # another platform's codec (mbcs, oem)
 
 
 def _llmhost_snapshot_imports():
     import importlib, json
+    _llmhost_codecs()
     failed = []
     stripped = json.loads({stripped!r})
     for module, where, optional in json.loads({sites!r}):

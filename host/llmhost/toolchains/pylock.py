@@ -1,7 +1,8 @@
 """`pylock.toml` (PEP 751) beside a Python guest: the exact packages its dependencies resolved to, so that every
 later build installs the same files (toolchains/deps.py writes it after a resolve and installs from it after).
 
-Each package is a wheel (name, version, the wheel's sha256), an sdist that llmhost builds into a pure wheel, or a
+Each package is a wheel (name, version, the wheel's sha256; its URL only when it is portable: an https one, never a
+`file:///` path of this machine), an sdist that llmhost builds into a pure wheel, or a
 local directory (`name @ file:../shared`, its path relative to the guest). `[tool.llmhost] requirements` records
 the declared requirements the lock was resolved for: a lock for other requirements is resolved again.
 """
@@ -41,7 +42,7 @@ class Package:
     version: str | None  # None for a local directory
     kind: str  # one of KINDS
     file: str | None = None  # the wheel's or sdist's file name
-    url: str | None = None  # where it came from (for people: installs go by name, version and hash)
+    url: str | None = None  # where it came from, when portable (for people: installs go by name, version and hash)
     path: str | None = None  # a local directory, relative to the guest
     sha256: str | None = None
 
@@ -122,8 +123,8 @@ def render(requirements: tuple[str, ...], packages: list[Package]) -> str:
             lines += [f"directory = {{ path = {q(package.path)} }}", ""]
             continue
         lines.append(f"version = {q(package.version)}")
-        where = f"path = {q(package.path)}" if package.path else f"url = {q(package.url)}"
-        source = f"{{ name = {q(package.file)}, {where}, hashes = {{ sha256 = {q(package.sha256)} }} }}"
+        where = f"path = {q(package.path)}, " if package.path else f"url = {q(package.url)}, " if package.url else ""
+        source = f"{{ name = {q(package.file)}, {where}hashes = {{ sha256 = {q(package.sha256)} }} }}"
         lines += [f"wheels = [{source}]" if package.kind == "wheel" else f"sdist = {source}", ""]
     return "\n".join(lines)
 
@@ -141,10 +142,13 @@ def write(app_dir: Path, text: str) -> bool:
 
 
 def located(app_dir: Path, url: str) -> tuple[str | None, str | None]:
-    """(url, path) for the lock: a file inside the guest's directory by its relative path, anything else by URL."""
+    """(url, path) for the lock: a file inside the guest's directory by its relative path, one from an https index
+    or page by its URL, and any other file by neither (a `file:///` URL of this machine's pip
+    configuration, a local mirror or find-links folder, does not exist elsewhere: pip finds the file by its name,
+    version and hash wherever that machine's configuration says)."""
     parts = urlsplit(url)
     if parts.scheme == "file":
         local = Path(unquote(parts.path))
         if local.is_relative_to(app_dir.resolve()):
             return None, local.relative_to(app_dir.resolve()).as_posix()
-    return url, None
+    return (url, None) if parts.scheme == "https" else (None, None)

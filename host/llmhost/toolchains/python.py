@@ -25,6 +25,7 @@ from llmhost.config import default_cache_dir
 from llmhost.toolchains import deps, locks
 from llmhost.toolchains.errors import BuildError
 from llmhost.toolchains.imports import entry_source, snapshot_imports
+from llmhost.toolchains.progress import heartbeat
 from llmhost.toolchains.wit_docs import WIT_DIR, docs_of, wit_files, with_docs
 
 APP_MODULE = "app"  # the guest's entry module: `app.py` defining `class WitWorld(WitWorld)`
@@ -97,9 +98,10 @@ _install()
 
 def entry(app_dir: Path, site: Path | None = None) -> str:
     """The generated entry module: the prelude, every module the app imports anywhere (toolchains/imports.py), then
-    app.py's world classes. `site`: the guest's installed dependencies (toolchains/deps.py), if any."""
+    app.py's world classes. `site`: the guest's installed dependencies (toolchains/deps.py), if any: what they import
+    is imported too."""
     stripped = deps.stripped_modules(site) if site is not None else {}
-    return entry_source(PRELUDE_MODULE, APP_MODULE, snapshot_imports(app_dir), stripped)
+    return entry_source(PRELUDE_MODULE, APP_MODULE, snapshot_imports(app_dir, site), stripped)
 
 
 def wit_dir() -> Path:
@@ -249,13 +251,11 @@ def _build(
     tool: str, app_dir: Path, wit: Path, world: str, cached: Path, site: Path | None, note: Callable[[str], None] | None
 ) -> None:
     started = time.monotonic()
-    if note is not None:
-        note(f"building {app_dir} ({world}) with componentize-py …")
     # A compiled component keeps no doc comments: tool descriptions need them, added before the build is cached
     # (a build that finds `cached` takes it as it is).
     documented = bool(wit_files(app_dir))
     built = cached.with_name(cached.name + ".undocumented") if documented else cached
-    with guest_wit(app_dir, wit) as world_wit:
+    with guest_wit(app_dir, wit) as world_wit, heartbeat(note, f"building {app_dir} ({world}) with componentize-py"):
         _componentize(tool, app_dir, world_wit, world, built, site)
     if documented:
         try:
