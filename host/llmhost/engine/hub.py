@@ -7,6 +7,7 @@ import fnmatch
 import logging
 import os
 import re
+import shlex
 from pathlib import Path
 
 from llmhost.config import ModelConfig
@@ -33,9 +34,11 @@ def offline() -> bool:
 
 
 def pull_command(config: ModelConfig) -> str:
+    """The command that downloads `config`'s file, quoted for a POSIX shell (a glob such as `*Q4_K_M.gguf` would
+    otherwise be expanded by the shell before `pull` sees it)."""
     selector = f":{config.hf_file}" if config.hf_file else ""
-    revision = f" --revision {config.hf_revision}" if config.hf_revision != "main" else ""
-    return f"llmhost pull {config.hf_repo}{selector}{revision}"
+    revision = f" --revision {shlex.quote(config.hf_revision)}" if config.hf_revision != "main" else ""
+    return f"llmhost pull {shlex.quote(f'{config.hf_repo}{selector}')}{revision}"
 
 
 def repo_dir(repo: str) -> Path:

