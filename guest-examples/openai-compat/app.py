@@ -96,12 +96,17 @@ def chat_logprobs(entries):
     ]
 
 
-def completion_logprobs(entries, offset=0):
+def completion_logprobs(entries, offset=0, as_ids=False):
+    """`as_ids` (vLLM's `return_tokens_as_token_ids`): tokens named "token_id:N", exact where text is lossy."""
     tokens = [e.text.decode("utf-8", "replace") for e in entries]
+
+    def name(token_id, text):
+        return f"token_id:{token_id}" if as_ids else text.decode("utf-8", "replace")
+
     return {
-        "tokens": tokens,
+        "tokens": [name(e.token_id, e.text) for e in entries],
         "token_logprobs": [e.logprob for e in entries],
-        "top_logprobs": [{b.decode("utf-8", "replace"): lp for _, b, lp in e.top} for e in entries],
+        "top_logprobs": [{name(t, b): lp for t, b, lp in e.top} for e in entries],
         "text_offset": list(accumulate(map(len, tokens), initial=offset))[:-1],
     }
 
@@ -182,6 +187,7 @@ class Exchange:
         self.created = int(time.time())
         self.object = "chat.completion" if chat else "text_completion"
         self.logprobs = req.params["logprobs"] is not None
+        self.as_ids = getattr(req, "return_tokens_as_token_ids", False)
         self.echoes = []  # per choice, with `echo`: its prompt's `Echo`
 
     def params(self, k=0):
@@ -200,7 +206,7 @@ class Exchange:
         """A whole choice of a non-streamed answer."""
         if not self.chat:
             echo = self.echoes[index] if self.echoes else Echo("")
-            lp = completion_logprobs(logprobs, len(echo.text)) if self.logprobs else None
+            lp = completion_logprobs(logprobs, len(echo.text), self.as_ids) if self.logprobs else None
             if lp is not None and echo.entries is not None:
                 lp = joined_logprobs(echo_logprobs(echo), lp)
             return {"index": index, "text": echo.text + text, "logprobs": lp, "finish_reason": reason}
@@ -223,7 +229,7 @@ class Exchange:
         if self.chat:
             lp = {"content": chat_logprobs(chunk.logprobs), "refusal": None} if self.logprobs else None
             return {"index": index, "delta": {"content": chunk.text}, "logprobs": lp, "finish_reason": None}
-        lp = completion_logprobs(chunk.logprobs, offset) if self.logprobs else None
+        lp = completion_logprobs(chunk.logprobs, offset, self.as_ids) if self.logprobs else None
         return {"index": index, "text": chunk.text, "logprobs": lp, "finish_reason": None}
 
     def send(self, *choices, usage=None):

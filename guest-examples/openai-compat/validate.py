@@ -341,6 +341,14 @@ COMPLETION = {
     "echo": boolean(),
     "suffix": refused("'suffix' (insertion) is not supported"),
     "best_of": number(1, MAX_N, None, int),
+    # Structured output, as chat's `response_format`; and extensions (`llmhost run --connect` sends them, so a
+    # constrained run against this server equals a local one): the host's `regex`, `grammar` (GBNF or %llguidance)
+    # and `choice` constraints, and vLLM's `return_tokens_as_token_ids` (logprobs' tokens as "token_id:N").
+    "response_format": response_format,
+    "regex": lambda value, param: None if value is None else string(value, param, allow_empty=False),
+    "grammar": lambda value, param: None if value is None else string(value, param, allow_empty=False),
+    "choice": lambda value, param: None if value is None else array(value, param, string),
+    "return_tokens_as_token_ids": boolean(),
 }
 EMBEDDING = {
     "model": model,
@@ -400,7 +408,14 @@ def completion_request(body):
         raise BadRequest("'best_of' other than 'n' is not supported", "best_of")
     if len(req.prompt) * req.n > MAX_N:
         raise BadRequest(f"at most {MAX_N} choices per request (prompts × n)", "n")
-    return sampling_params(req, req.logprobs)
+    extensions = {name: getattr(req, name) for name in ("regex", "grammar", "choice") if getattr(req, name) is not None}
+    structured = {**req.response_format, **extensions}
+    if len(structured) > 1:
+        given = ", ".join(["response_format"] * bool(req.response_format) + list(extensions))
+        raise BadRequest(f"give at most one of response_format, regex, grammar, choice (got {given})", None)
+    if req.choice == []:
+        raise BadRequest("'choice' must hold at least one option", "choice", code="empty_array")
+    return sampling_params(req, req.logprobs, **structured)
 
 
 def tokenize_request(body):

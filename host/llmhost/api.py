@@ -191,13 +191,15 @@ class Host:
         config: Mapping[str, str | EnvValue] | None = None,
         allowed_outbound_hosts: Iterable[str] | None = None,
     ) -> App:
-        """Load (compiling on first use) a component of the `command` world.
+        """Load (compiling on first use) a component of the `command` world: a .wasm, or a guest directory (app.py
+        or app.js), built as `llmhost run DIR` builds it, through the toolchain's content-keyed cache (a `BuildError`
+        names the file and line of what fails).
 
         `allowed_models`: the models this component may use, by name or alias (None: every configured model).
         `key_value_stores`, `config`, `allowed_outbound_hosts`: the component's grants (README "Grants"), each in
         place of the `[sandbox]` key of the same name when given; the config's `[sandbox]` values otherwise.
         """
-        path = Path(path)
+        path = self._component_of(Path(path), "command")
         problems = sandbox_problems(self.config.sandbox)
         if problems:
             raise HostError("; ".join(problems))
@@ -218,6 +220,18 @@ class Host:
             services=self.grant_services,
         )
         return App(self, path, loaded, linker, wasm_engine)
+
+    def _component_of(self, path: Path, world: str) -> Path:
+        """`path` itself, or the component of the guest directory `path` (a guest of `world`), built when its
+        sources changed into the cache's `dev/` folder, as the CLI builds a DIR."""
+        if not path.is_dir():
+            return path
+        from llmhost.serve.sources import build_guest
+
+        try:
+            return build_guest(path, world, self.config.cache_dir, self._note)
+        except ConfigError as error:  # a guest of another world
+            raise LoadError(str(error)) from None
 
     def grants(
         self,

@@ -5,6 +5,7 @@ statuses. Under a mount the guest sees the path below the mount point (the ASGI 
 
     app = FastAPI()
     app.mount("/tools", component_app(host, "app.wasm", allowed_models=["gemma-3-270m"]))
+    app.mount("/chat", component_app(host, "guest-examples/chat"))  # a guest directory, built (cached)
 """
 
 from __future__ import annotations
@@ -120,7 +121,10 @@ def component_app(
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
     max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
 ) -> ComponentApp:
-    """Load (compiling on first use) an `http-app` component and serve it as an ASGI app.
+    """Load (compiling on first use) an `http-app` component and serve it as an ASGI app. `source`: a .wasm, or a
+    guest directory (app.py or app.js), built as `llmhost serve DIR` builds it, through the toolchain's
+    content-keyed cache (a `BuildError` names the file and line of what fails); `name` defaults to the file's stem
+    or the directory's name.
 
     Grants (`allowed_models`, `key_value_stores`, `config`, `allowed_outbound_hosts`, `env`) are those of
     `[components.NAME]` in serve's config, nothing beyond the model by default; `limits` those of `[limits]`
@@ -130,8 +134,9 @@ def component_app(
     open). `metrics`: where requests and guest failures are counted (`serve.metrics.ServeMetrics`, whose `registry`
     is a Prometheus registry). Errors in these are `HostError`s naming the parameter.
     """
-    path = Path(source)
-    component_name = name or path.stem or "app"
+    given = Path(source)
+    component_name = name or (given.resolve().name if given.is_dir() else given.stem) or "app"
+    path = host._component_of(given, "http-app")  # a guest directory: built (cached), as serve builds DIR
     try:
         resolved_limits = limits if isinstance(limits, Limits) else Limits(**dict(limits or {}))
         component = ComponentConfig(

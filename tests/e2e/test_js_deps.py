@@ -71,3 +71,30 @@ def test_an_undeclared_package_names_the_fix(tmp_path: Path, llmhost_cache_dir: 
     (guest / "package.json").write_text(json.dumps(package))
     with pytest.raises(BuildError, match=r"imports 'ms', which is not installed: add it to package.json"):
         build_component(guest, tmp_path / "u.wasm", cache_dir=llmhost_cache_dir)
+
+
+@pytest.mark.parametrize(
+    ("source", "dependencies", "builtin", "line"),
+    [
+        ('import fs from "node:fs";\n', None, "fs", 1),
+        ('import Mustache from "mustache";\nimport { join } from "path";\n', {"mustache": "4.2.0"}, "path", 2),
+        ('// import os from "os" (a comment)\nconst { createHash } = await import("crypto");\n', None, "crypto", 2),
+    ],
+    ids=["node-prefix", "beside-a-dependency", "dynamic-import"],
+)
+def test_a_node_builtin_in_the_guest_s_code_is_one_line_naming_it(
+    tmp_path: Path, llmhost_cache_dir: Path, source: str, dependencies: dict[str, str] | None, builtin: str, line: int
+) -> None:
+    """With or without npm dependencies: one line naming the built-in, before anything is installed or built
+    (componentize-js would fail at run time with a Node.js stack, esbuild with "add it to package.json")."""
+    guest = tmp_path / "builtin"
+    guest.mkdir()
+    (guest / "app.js").write_text(source + "\nexport function run(args) {\n  return 0;\n}\n")
+    package = {"name": "b", "type": "module", "llmhost": {"world": "command"}}
+    (guest / "package.json").write_text(json.dumps({**package, "dependencies": dependencies or {}}))
+    with pytest.raises(BuildError) as refused:
+        build_component(guest, tmp_path / "b.wasm", cache_dir=llmhost_cache_dir)
+    message = str(refused.value)
+    assert "\n" not in message and f"{guest / 'app.js'}:{line} imports" in message, message
+    assert f"`{builtin}` is a Node.js built-in, and a guest has no Node.js runtime" in message
+    assert "package.json" not in message

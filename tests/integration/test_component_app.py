@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Mount, Route
 
-from llmhost import AsyncHost, FakeEngineConfig, Host, HostConfig, HostError, InferencingParams, InvalidInput
+from llmhost import AsyncHost, FakeEngineConfig, Host, HostConfig, HostError, InferencingParams, InvalidInput, LoadError
 from llmhost import component_app as make_app
 from llmhost.asgi import ComponentApp
 from llmhost.serve.app import ServeApp
@@ -174,3 +175,31 @@ def test_a_mount_point_a_client_must_encode_is_stripped(host: Host, http_wasm: d
     reply = asyncio.run(run())
     component.close()
     assert reply.status_code == 200 and json.loads(reply.text)["path"] == "/echo?x=1"
+
+
+def test_a_guest_directory_is_built_through_the_cache_as_the_cli_builds_it(
+    host: Host, http_wasm: dict[str, Path], hello_wasm: Path, tmp_path: Path
+) -> None:
+    """`component_app(host, DIR)` and `Host.load(DIR)` take a guest directory, as `serve DIR` and `run DIR` do:
+    copies of guests the session built already, so the content-keyed build cache serves them. A directory of the
+    other world is a `LoadError` naming the command for it."""
+    repo = Path(__file__).resolve().parents[2]
+    skip = shutil.ignore_patterns("__pycache__")
+    http_dir = shutil.copytree(repo / "tests" / "guests" / "http_probe", tmp_path / "my-probe", ignore=skip)
+    hello_dir = shutil.copytree(repo / "guest-examples" / "hello", tmp_path / "hello", ignore=skip)
+    component = make_app(host, http_dir)
+    assert component.name == "my-probe"  # the directory's name, as serve names a DIR's component
+
+    async def run() -> httpx.Response:
+        async with served(mounted(component)) as client:
+            return await client.get("/probe/echo?x=1")
+
+    reply = asyncio.run(run())
+    component.close()
+    assert reply.status_code == 200 and json.loads(reply.text)["path"] == "/echo?x=1"
+    args = ["The capital of France is"]
+    assert host.load(hello_dir).run_captured(args) == host.load(hello_wasm).run_captured(args)
+    with pytest.raises(LoadError, match="is a guest of the `http-app` world; use `llmhost serve`"):
+        host.load(http_dir)
+    with pytest.raises(LoadError, match="is a guest of the `command` world; use `llmhost run`"):
+        make_app(host, hello_dir)

@@ -15,7 +15,7 @@ import pytest
 
 from llmhost.config import ConfigError, HostConfig, ModelConfig
 from llmhost.domain.errors import InvalidInput
-from llmhost.domain.types import InferencingParams
+from llmhost.domain.types import Constraint, InferencingParams
 from llmhost.engine.remote.client import RemoteModel
 from llmhost.engine.remote.connect import api_base, lent_models
 
@@ -176,3 +176,61 @@ def test_openai_compat_takes_the_repeat_penalty_extension() -> None:
     assert validate.tokenize_request({"prompt": "x"}).prompt == "x"
     with pytest.raises(validate.BadRequest, match="prompt"):
         validate.tokenize_request({"prompt": 3})
+
+
+def _validate() -> Any:
+    spec = importlib.util.spec_from_file_location("openai_compat_validate_constraints", VALIDATE)
+    assert spec is not None and spec.loader is not None
+    validate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(validate)
+    return validate
+
+
+@pytest.mark.parametrize(
+    ("constraint", "keyword", "value"),
+    [
+        (Constraint.json_schema('{"type": "object"}'), "json_schema", '{"type": "object"}'),
+        (Constraint.json_object(), "json_object", True),
+        (Constraint.regex("[0-9]+"), "regex", "[0-9]+"),
+        (Constraint.grammar('%llguidance {}\nstart: "a"'), "grammar", '%llguidance {}\nstart: "a"'),
+        (Constraint.choice(["yes", "no"]), "choice", ["yes", "no"]),
+    ],
+)
+def test_each_constraint_goes_on_a_field_openai_compat_takes(
+    tmp_path: Path, constraint: Constraint, keyword: str, value: Any
+) -> None:
+    """The request `--connect` sends for each constraint kind (an %llguidance grammar included: chat tool calls)
+    is one openai-compat's completions route checks into the guest SDK's keyword of the same constraint."""
+    config = ModelConfig(backend="openai", base_urls=("http://127.0.0.1:9/v1",), server="llmhost")
+    model = RemoteModel("gemma-3-270m", config, tmp_path)
+    try:
+        params = InferencingParams(max_tokens=4, temperature=0, constraint=constraint, stop=("\n",))
+        body = model.request_body([1, 2], 2, params)
+    finally:
+        model.close()
+    assert body["stop"] == ["\n"]  # an llmhost server matches stops as the host does: it ends there itself
+    request = {k: v for k, v in body.items() if k not in ("extra_body", "stream_options")} | body["extra_body"]
+    params_taken = _validate().completion_request(request).params
+    assert params_taken[keyword] == value
+    assert params_taken["max_tokens"] == 4 and params_taken["stop"] == ["\n"]
+
+
+def test_openai_compat_takes_one_constraint_and_token_id_logprobs() -> None:
+    validate = _validate()
+    taken = validate.completion_request({"prompt": "x", "logprobs": 2, "return_tokens_as_token_ids": True})
+    assert taken.return_tokens_as_token_ids and taken.params["logprobs"] == 2
+    with pytest.raises(validate.BadRequest, match="at most one of response_format, regex, grammar, choice"):
+        validate.completion_request({"prompt": "x", "regex": "a", "response_format": {"type": "json_object"}})
+    with pytest.raises(validate.BadRequest, match="'choice'"):
+        validate.completion_request({"prompt": "x", "choice": []})
+
+
+def test_what_a_server_kind_cannot_do_names_the_fix(tmp_path: Path) -> None:
+    generic = RemoteModel("m", ModelConfig(backend="openai", base_urls=("http://127.0.0.1:9/v1",)), tmp_path)
+    try:
+        with pytest.raises(InvalidInput, match=r"cannot enforce a regex constraint \(set `models\.m\.server`"):
+            generic.request_body("x", 1, InferencingParams(constraint=Constraint.regex("a")))
+        with pytest.raises(InvalidInput, match=r"logprobs are not available .*set `models\.m\.server`"):
+            generic.request_body("x", 1, InferencingParams(logprobs=1))
+    finally:
+        generic.close()

@@ -195,6 +195,8 @@ def build_component(
 ) -> Path:
     """Build `app_dir/app.js` into `output` (copied from the cache when the sources are unchanged)."""
     check_sources(app_dir)
+    # Before anything installs or builds: componentize-js would fail at run time with a Node.js stack.
+    npm_deps.check_no_node_builtins(_sources(app_dir), npm_deps.declared(app_dir))
     world = world or detect_world(app_dir)
     cached = (cache_dir or default_cache_dir()) / "guests" / f"js-{build_key(app_dir, wit, world)}.wasm"
     locks.build_once(cached, lambda: _build(app_dir, cached, world, wit, cache_dir, note))

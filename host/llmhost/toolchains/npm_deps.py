@@ -225,6 +225,8 @@ def bundle(app_js: Path, installed: Path, output: Path, aliases: dict[str, Path]
     if own:
         file, name = own[0]
         package = name.split("/")[0] if not name.startswith("@") else "/".join(name.split("/")[:2])
+        if node_builtin(name, declared(app_js.parent)) is not None:  # (check_no_node_builtins found it first)
+            check_no_node_builtins([Path(file) if Path(file).is_absolute() else app_js.parent / file], None)
         if package in (declared(app_js.parent) or {}):  # declared, and still not found: say so, not "add it"
             raise BuildError(
                 f"{file} imports {name!r}: the dependency {package} is installed but esbuild could not resolve "
@@ -234,6 +236,68 @@ def bundle(app_js: Path, installed: Path, output: Path, aliases: dict[str, Path]
         raise BuildError(f"{file} imports {name!r}, which is not installed: add it to package.json's dependencies")
     tail = "\n".join(text.strip().splitlines()[-8:])
     raise BuildError(f"bundling {app_js} with its dependencies (esbuild) failed:\n{tail}")
+
+
+# Node.js's built-in modules as bare names (`module.builtinModules` of Node 22; `node:` names all are): a guest runs in
+# StarlingMonkey (componentize-js), which has none of them.
+NODE_BUILTINS = frozenset({
+    "assert", "async_hooks", "buffer", "child_process", "cluster", "console", "constants", "crypto", "dgram",
+    "diagnostics_channel", "dns", "domain", "events", "fs", "http", "http2", "https", "inspector", "module", "net",
+    "os", "path", "perf_hooks", "process", "punycode", "querystring", "readline", "repl", "stream",
+    "string_decoder", "sys", "timers", "tls", "trace_events", "tty", "url", "util", "v8", "vm", "wasi",
+    "worker_threads", "zlib",
+})  # fmt: skip
+# What a guest uses instead (the llmhost SDK, `import { ... } from "llmhost"`, or the web APIs StarlingMonkey has).
+_INSTEAD = {
+    "fs": "keep data in the host's key-value store (`kv` of the llmhost SDK)",
+    "path": "join strings yourself (a guest has no files)",
+    "crypto": "the web API `crypto.getRandomValues` is a global",
+    "http": "call out with `http` of the llmhost SDK (granted with `outbound-http`)",
+    "https": "call out with `http` of the llmhost SDK (granted with `outbound-http`)",
+    "net": "call out with `http` of the llmhost SDK (granted with `outbound-http`)",
+    "buffer": "use Uint8Array, TextEncoder and TextDecoder (globals)",
+    "url": "`URL` and `URLSearchParams` are globals",
+    "util": "`TextEncoder`/`TextDecoder` are globals; format strings yourself",
+    "process": "read settings with `config` of the llmhost SDK (a command's arguments are `run(args)`'s)",
+    "os": "read settings with `config` of the llmhost SDK",
+    "events": "use plain callbacks (the SDK's streams are iterators)",
+    "timers": "`setTimeout` is a global",
+}
+_IMPORTED = re.compile(
+    r"""(?:\bimport\s*(?:[\w*${}\s,]+?\s*from\s*)?|\bexport\s*[\w*${}\s,]+?\s*from\s*|\bimport\s*\(\s*|"""
+    r"""\brequire\s*\(\s*)["']([^"'\n]+)["']"""
+)
+
+# Block comments and whole-line `//` comments (blanked, lines kept): an import named in a comment is not one.
+_COMMENT = re.compile(r"/\*.*?\*/|^[ \t]*//[^\n]*", re.DOTALL | re.MULTILINE)
+
+
+def node_builtin(name: str, dependencies: dict[str, str] | None) -> str | None:
+    """The Node.js built-in an import names (`node:fs/promises` and `fs` are `fs`), or None. A bare name that is
+    also a declared npm package (`buffer`, `events`: browser versions exist) is that package."""
+    bare = name.removeprefix("node:")
+    root = bare.split("/")[0]
+    if name.startswith("node:") or (root in NODE_BUILTINS and root not in (dependencies or {})):
+        return root
+    return None
+
+
+def check_no_node_builtins(sources: list[Path], dependencies: dict[str, str] | None) -> None:
+    """`BuildError` in one line for the guest's own import of a Node.js built-in, before anything is installed or
+    built (componentize-js would fail at run time with a Node stack; esbuild with "add it to package.json")."""
+    for path in sources:
+        if path.suffix == ".json":
+            continue
+        text = _COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), path.read_text("utf-8", errors="replace"))
+        for match in _IMPORTED.finditer(text):
+            builtin = node_builtin(match.group(1), dependencies)
+            if builtin is not None:
+                line = text.count("\n", 0, match.start(1)) + 1
+                instead = _INSTEAD.get(builtin, "use the llmhost SDK (`llm`, `kv`, `http`, `config`) or web APIs")
+                raise BuildError(
+                    f"{path}:{line} imports {match.group(1)!r}: `{builtin}` is a Node.js built-in, and a guest has "
+                    f"no Node.js runtime (it runs in a WebAssembly sandbox): {instead}"
+                )
 
 
 def _package_of(file: str) -> str:

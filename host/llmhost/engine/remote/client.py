@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 _RETRY_STATUS = frozenset({429, 502, 503, 504})  # overloaded or restarting: worth another try (elsewhere)
 _MAX_BACKOFF_S = 2.0
 _MAX_TOKEN_ID = 2**31  # a token id is an s32 to llama.cpp
+_MAX_SENT_STOPS = 4  # OpenAI's limit, which openai-compat keeps (more are matched here alone)
 _MAX_DETAIL_CHARS = 300  # of a server's error message, quoted in ours
 # When the request being sent must end (`call`): its response hook reads a body read whole by then.
 _REQUEST_ENDS: ContextVar[float | None] = ContextVar("llmhost_remote_request_ends", default=None)
@@ -320,19 +321,24 @@ class RemoteModel:
     def request_body(self, prompt: str | list[int], prompt_tokens: int, params: InferencingParams) -> dict[str, Any]:
         """The completions request for `params`; `invalid-input` naming what this server cannot do."""
         kind, server = self.kind, self.config.server
-        if params.logprobs is not None:
+        if params.logprobs is not None and not kind.token_logprobs:
             raise InvalidInput(
-                f"logprobs are not available for model {self.name!r} (backend openai): OpenAI-compatible "
-                "completions report token strings, not the token ids the WIT returns"
+                f"logprobs are not available for model {self.name!r} (backend openai, a {server} server): its "
+                f"completions report token strings, not the token ids the WIT returns ({self.elsewhere()})"
+            )
+        if params.logprobs is not None and self.vocab() is None:
+            raise InvalidInput(
+                f"logprobs of model {self.name!r} need its token texts here: set `models.{self.name}.path` to the "
+                "model's GGUF file"
             )
         constraint = params.constraint
         if constraint is not None and constraint.kind not in kind.constraints:
             raise InvalidInput(
                 f"model {self.name!r} runs on a {server} server, which cannot enforce a {constraint.kind} constraint "
-                f"(set `models.{self.name}.server` if it is another kind of server)"
+                f"({self.elsewhere()})"
             )
         lark = constraint is not None and constraint.kind == "grammar" and constraint.text.lstrip().startswith("%llg")
-        if lark and server != "vllm":
+        if lark and server not in ("vllm", "llmhost"):
             # Lark grammars are llguidance's; these servers parse GBNF / EBNF and would fail mid-stream.
             raise InvalidInput(
                 f"model {self.name!r} runs on a {server} server, which takes GBNF/EBNF grammars, not a "
@@ -371,8 +377,20 @@ class RemoteModel:
                 extra["repeat_last_n"] = params.repeat_penalty_last_n_token_count
         if constraint is not None:
             extra.update(constraint_fields(server, constraint))
+        if kind.ends_as_sent and 0 < len(params.stop) <= _MAX_SENT_STOPS:
+            body["stop"] = list(params.stop)  # its host matches stops as ours does: it ends there by itself
+        if params.logprobs is not None:  # (token_logprobs) each token by its id, with the host's own values
+            body["logprobs"] = params.logprobs
+            extra["return_tokens_as_token_ids"] = True
         body["extra_body"] = extra
         return body
+
+    def elsewhere(self) -> str:
+        """The fix for what this model's server cannot do: an llmhost server does all a local run does that a
+        completions API can carry, so the rest needs a local run; another kind may be misnamed."""
+        if self.config.server == "llmhost":
+            return "run without `--connect` / `LLMHOST_CONNECT` to load the model here (or use a local model)"
+        return f"set `models.{self.name}.server` if it is another kind of server, or use a local model"
 
 
 def _backoff(attempt: int, retry_after: str | None) -> float:

@@ -5,7 +5,8 @@ What stays here, whatever the server does:
 - Stops: the streamed text goes through our own `GenerationText` (earliest-starting stop wins, across chunk
   boundaries, never returned); the request is closed the moment the result is certain. The server's `stop` is
   never sent: servers that check stops in list order (llama-cpp-python) or end a stop and end-of-generation
-  alike would change the text or the token counts.
+  alike would change the text or the token counts. An llmhost server (`ends_as_sent`) is the exception: it
+  matches stops as we do, so it gets them and ends by itself, and its stream is read to the end.
 - Usage: the server's `usage` (asked for with `stream_options.include_usage`) when the stream ran to its end and
   the server sent one; otherwise counted here, one token per streamed chunk (how these servers stream without
   `stop`), plus the end-of-generation token on a natural `stop`, as the local backend counts.

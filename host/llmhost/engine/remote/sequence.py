@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from llmhost.domain.errors import InvalidInput
+from llmhost.domain.errors import EngineError, InvalidInput
 from llmhost.domain.types import (
     BeamParams,
     FinishReason,
@@ -16,6 +16,7 @@ from llmhost.domain.types import (
     StreamEvent,
     TokenLogprob,
     TopLogprob,
+    check_continuations,
     check_logprobs_top,
     check_next_token_top,
 )
@@ -26,6 +27,8 @@ from llmhost.engine.remote.generation import RemoteGeneration
 from llmhost.engine.text import attribute_text
 
 log = logging.getLogger(__name__)
+
+_SCORE_PROMPTS = 8  # continuations scored per request (openai-compat's most choices a request)
 
 
 class RemoteSequence:
@@ -140,32 +143,95 @@ class RemoteSequence:
         return copy
 
     def score(self, continuations: list[str], bounds: Bounds = UNBOUNDED) -> list[float]:
-        raise InvalidInput(
-            f"sequence.score needs the model's raw distribution at every position; the remote model "
-            f'{self._model.name!r} (backend "openai") does not expose it: score on a local (llama-cpp) model'
-        )
+        """On an llmhost server (`token_logprobs`): each continuation's tokens after the sequence's, echoed with
+        their logprobs (`echo`, `max_tokens` 0, as lm-eval scores), summed in order as the local score sums."""
+        check_continuations(continuations)
+        model = self._model
+        if not model.kind.token_logprobs or not model.token_prompts:
+            raise InvalidInput(
+                f"sequence.score needs the model's raw distribution at every position; the remote model "
+                f'{model.name!r} (backend "openai", a {model.config.server} server) does not expose it '
+                f"({model.elsewhere()})"
+            )
+        self._check_idle()
+        if not self._tokens:
+            raise InvalidInput("the sequence is empty: append a prompt before scoring continuations")
+        room = model.config.context_length - len(self._tokens)
+        tokenized = []
+        for i, text in enumerate(continuations):
+            if text:
+                model.check_length(f"continuations[{i}]", text, room)
+            tokens = model.tokenize(text, add_special=False) if text else []
+            if len(tokens) > room:
+                raise InvalidInput(
+                    f"continuations[{i}] is {len(tokens)} tokens: with the sequence's {len(self._tokens)} that "
+                    f"exceeds the context window of {model.config.context_length} tokens"
+                )
+            tokenized.append(tokens)
+        scores = [0.0] * len(tokenized)
+        pending = [i for i, tokens in enumerate(tokenized) if tokens]
+        if not pending:
+            return scores
+        bounds.spend(sum(len(tokens) for tokens in tokenized))
+        for start in range(0, len(pending), _SCORE_PROMPTS):
+            bounds.check()
+            group = pending[start : start + _SCORE_PROMPTS]
+            prompts = [self._tokens + tokenized[i] for i in group]
+            for i, values in zip(group, self._echoed_logprobs(prompts), strict=True):
+                total = 0.0
+                for value in values[len(self._tokens) :]:
+                    total += value
+                scores[i] = total
+        return scores
+
+    def _echoed_logprobs(self, prompts: list[list[int]]) -> list[list[float]]:
+        """Each prompt's token logprobs (the first token's, which nothing predicts, as 0.0) from one request."""
+        model = self._model
+        request = {
+            "model": model.remote_name, "prompt": prompts, "max_tokens": 0, "echo": True, "logprobs": 0,
+            "temperature": 0.0,
+        }  # fmt: skip
+        model.acquire()
+        try:
+            url, response = model.call("the score request", lambda client: client.completions.create(**request))
+        finally:
+            model.release()
+        choices = getattr(response, "choices", None)
+        if not isinstance(choices, list) or len(choices) != len(prompts):
+            raise EngineError(f"{url} sent a malformed score response: `choices` is not {len(prompts)} choices")
+        found: list[list[float]] = []
+        for k, (choice, prompt) in enumerate(zip(sorted(choices, key=lambda c: c.index), prompts, strict=True)):
+            values = getattr(getattr(choice, "logprobs", None), "token_logprobs", None)
+            if not isinstance(values, list) or len(values) != len(prompt):
+                raise EngineError(
+                    f"{url} sent a malformed score response: `choices[{k}].logprobs.token_logprobs` is not "
+                    f"{len(prompt)} numbers"
+                )
+            if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values[1:]):
+                raise EngineError(f"{url} sent a malformed score response: `choices[{k}].logprobs` holds a non-number")
+            found.append([0.0] + [float(v) for v in values[1:]])
+        return found
 
     def beam_search(self, params: BeamParams, bounds: Bounds = UNBOUNDED) -> list[tuple[Any, float]]:
-        raise InvalidInput(
-            f"sequence.beam-search decodes forks of one KV cache step by step; the remote model "
-            f'{self._model.name!r} (backend "openai") cannot: search on a local (llama-cpp) model'
-        )
+        raise self._local_only("sequence.beam-search decodes forks of one KV cache step by step", "search")
 
     def next_token_logprobs(self, top: int, bounds: Bounds = UNBOUNDED) -> list[TopLogprob]:
         check_next_token_top(top)
-        raise InvalidInput(
-            f"sequence.next-token-logprobs needs the model's raw distribution; the remote model "
-            f'{self._model.name!r} (backend "openai") does not expose it: read it on a local (llama-cpp) model'
-        )
+        raise self._local_only("sequence.next-token-logprobs needs the model's raw distribution", "read it")
 
     def append_tokens_with_logprobs(
         self, tokens: list[int], top: int, bounds: Bounds = UNBOUNDED
     ) -> list[TokenLogprob | None]:
         check_logprobs_top(top)
-        raise InvalidInput(
-            f"sequence.append-tokens-with-logprobs needs the model's raw distribution at every position; the remote "
-            f'model {self._model.name!r} (backend "openai") does not expose it: score on a local (llama-cpp) model'
+        raise self._local_only(
+            "sequence.append-tokens-with-logprobs needs the model's raw distribution at every position", "score"
         )
+
+    def _local_only(self, why: str, verb: str) -> InvalidInput:
+        """What no remote model does: its fix is a local model (for `llmhost run --connect`, a run without it)."""
+        model = self._model
+        fix = model.elsewhere() if model.config.server == "llmhost" else f"{verb} on a local (llama-cpp) model"
+        return InvalidInput(f'{why}; the remote model {model.name!r} (backend "openai") cannot: {fix}')
 
     def host_bytes(self) -> int:
         """Host memory it holds: no KV state here (that lives on the servers), only its ids and texts."""

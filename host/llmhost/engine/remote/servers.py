@@ -30,6 +30,13 @@ class ServerKind:
     # Embeds several inputs of one request wrongly, so each text goes alone (llama-cpp-python's server: a causal
     # model's per-token vectors of the second text differ from that text sent alone, measured 0.00 cosine).
     embeds_one_per_request: bool = False
+    # Reports logprobs with token ids (`return_tokens_as_token_ids`) from the host's own raw distribution: a
+    # generation's logprobs are the WIT's (llmhost).
+    token_logprobs: bool = False
+    # Ends a generation exactly at the `max_tokens` it was sent and at the `stop` strings it was sent, as the host
+    # does (llmhost): a generation at its limit reads the stream to its end rather than closing it, so the server
+    # sees a completed request, not a client that left.
+    ends_as_sent: bool = False
 
 
 _ALL = frozenset({"json-schema", "json-object", "regex", "grammar", "choice"})
@@ -45,8 +52,20 @@ SERVERS: dict[str, ServerKind] = {
     ),
     # llmhost's guest-examples/openai-compat: OpenAI's fields plus `top_k`, `repeat_penalty` and `repeat_last_n`
     # (the host's sampler, so a run against it equals a local run), token-id prompts taken as they are, and the
-    # host's `tokenize` at /v1/tokenize.
-    "llmhost": ServerKind("/v1/tokenize", "prompt", True, "repeat_penalty", True, counts_prompts=True),
+    # host's `tokenize` at /v1/tokenize. Its completions take every constraint (`response_format`, and its
+    # `regex` / `grammar` / `choice` extensions, %llguidance grammars included: the server's host enforces them as
+    # ours would) and logprobs by token id (vLLM's `return_tokens_as_token_ids`).
+    "llmhost": ServerKind(
+        "/v1/tokenize",
+        "prompt",
+        True,
+        "repeat_penalty",
+        True,
+        constraints=_ALL,
+        counts_prompts=True,
+        token_logprobs=True,
+        ends_as_sent=True,
+    ),
 }
 
 
@@ -59,6 +78,13 @@ def constraint_fields(server: str, constraint: Constraint) -> dict[str, Any]:
     import json
 
     kind, text = constraint.kind, constraint.text
+    if server == "llmhost":  # openai-compat's own fields: its host enforces each kind as this one would
+        if kind == "json-schema":
+            schema = {"name": "constraint", "schema": _json_or_invalid(text)}
+            return {"response_format": {"type": "json_schema", "json_schema": schema}}
+        if kind == "json-object":
+            return {"response_format": {"type": "json_object"}}
+        return {kind: list(constraint.options) if kind == "choice" else text}
     if server == "vllm":
         if kind == "json-schema":
             return {"structured_outputs": {"json": _json_or_invalid(text)}}
