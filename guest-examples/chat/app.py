@@ -11,10 +11,12 @@ GET    /conversations/ID  the conversation as kept: {"id": ID, "messages": [{"ro
 DELETE /conversations/ID  forget it
 
 The store must be granted (llmhost.toml: `key-value-stores = ["default"]`); without it POST /chat answers 503.
+guest-examples/chat-js is this app in JavaScript, byte for byte (tests/e2e/test_chat_contract.py).
 """
 
 import contextlib
 import json
+import math
 import re
 import secrets
 
@@ -129,20 +131,30 @@ def new_id(store):
             return conversation
 
 
+def whole(value):
+    """A JSON number that is a whole number >= 1 (1 and 1.0 alike, as JavaScript reads them), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return int(value) if value >= 1 and value == int(value) else None
+
+
 def chat(request, writer):
     try:
         body = json.loads(bytes(request.body) or b"{}")
-        message = str(body["message"])
-        conversation = body.get("conversation")
-        max_tokens = min(int(body.get("max_tokens", DEFAULT_MAX_TOKENS)), MAX_TOKENS)
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, RecursionError):  # not JSON (or not UTF-8), or nested too deep
+        body = None
+    body = body if isinstance(body, dict) else {}
+    message, conversation = body.get("message"), body.get("conversation")
+    max_tokens = whole(body.get("max_tokens", DEFAULT_MAX_TOKENS))
+    if not isinstance(message, str) or max_tokens is None:
         return reply(400, {"error": 'expected a JSON body {"message": "...", "conversation": ID, "max_tokens": N}'})
+    if conversation is not None and not (isinstance(conversation, str) and CONVERSATION_ID.fullmatch(conversation)):
+        return reply(400, {"error": "`conversation` must be 1-64 letters, digits, `-` or `_`"})
+    max_tokens = min(max_tokens, MAX_TOKENS)
     try:
         store = kv.open(STORE)
         if conversation is None:
             conversation, messages = new_id(store), []
-        elif not isinstance(conversation, str) or not CONVERSATION_ID.fullmatch(conversation):
-            return reply(400, {"error": "`conversation` must be 1-64 letters, digits, `-` or `_`"})
         else:
             messages = load(store, conversation) or []
     except kv.KvError as error:

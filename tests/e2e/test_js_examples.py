@@ -1,11 +1,10 @@
-"""The JavaScript examples written with the JavaScript SDK (guest-examples/chat-js, rag-js, agent-js), built, served
-or run, and exercised through what does not depend on the generated text: chat-js keeps the conversation in key-value
-state (the second request carries the first turn: the stored messages, and the prompt tokens the host reports equal
-the same conversation's through the Python API); rag-js answers from the passages it reports (they are the nearest by
-the host's own embeddings, and the answer is the one the Python API gives from those passages); agent-js calls the
-API it is granted and answers from the results. `llmhost new --lang js --template chat|rag|agent` creates
-directories that build (command and http-app: tests/e2e/test_js_guests.py), and the served examples' README commands
-run as written and print what the READMEs show, in shape."""
+"""The JavaScript examples written with the JavaScript SDK (guest-examples/rag-js, agent-js), built, served or run,
+and exercised through what does not depend on the generated text: rag-js answers from the passages it reports (they
+are the nearest by the host's own embeddings, and the answer is the one the Python API gives from those passages);
+agent-js calls the API it is granted and answers from the results. `llmhost new --lang js --template chat|rag|agent`
+creates directories that build (command and http-app: tests/e2e/test_js_guests.py), and rag-js's README commands
+run as written and print what the README shows, in shape. chat-js serves the Python chat's API: its README and that
+contract are tested in tests/e2e/test_chat_contract.py."""
 
 from __future__ import annotations
 
@@ -33,7 +32,7 @@ from .test_serve_examples import run_served_readme
 pytestmark = [pytest.mark.model, pytest.mark.wasm]
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "guest-examples"
-SERVED = ("chat-js", "rag-js")
+SERVED = ("rag-js",)
 LLMHOST = str(REPO / ".venv" / "bin" / "llmhost")
 
 
@@ -50,20 +49,16 @@ def built(llmhost_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 def server(
     built: dict[str, Path], llmhost_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
-    """One server for both http-app examples, each with the grant its llmhost.toml gives (the `default` store)."""
+    """A server for the rag-js example, with the grant its llmhost.toml gives (the `default` store)."""
     folder = tmp_path_factory.mktemp("js-examples-serve")
     config = folder / "llmhost.toml"
     config.write_text(
         f"""
 data-dir = "{folder / "data"}"
-[components.chat]
-source = "{built["chat-js"]}"
-key-value-stores = ["default"]
 [components.rag]
 source = "{built["rag-js"]}"
 key-value-stores = ["default"]
 [routes]
-"/chat" = "chat"
 "/rag" = "rag"
 
 # As the test host's (tests/e2e/conftest.py): a reused prompt prefix batches the rest of a prompt differently, which
@@ -79,48 +74,6 @@ prefix-cache = false
 
 def post(server: Server, path: str, value: Any) -> tuple[int, bytes]:
     return server.request("POST", path, json.dumps(value).encode(), {"content-type": "application/json"})
-
-
-def events(body: bytes) -> list[tuple[str, Any]]:
-    """The server-sent events of a body: (event name, data as JSON)."""
-    found = []
-    for block in body.decode().strip().split("\n\n"):
-        fields = dict(line.split(": ", 1) for line in block.splitlines())
-        found.append((fields.get("event", "message"), json.loads(fields["data"])))
-    return found
-
-
-def chat_turn(server: Server, message: str, conversation: str | None = None) -> tuple[str, dict[str, Any]]:
-    status, body = post(
-        server, "/chat/chat", {"message": message, **({"conversation": conversation} if conversation else {})}
-    )
-    assert status == 200, body
-    *chunks, (name, done) = events(body)
-    assert name == "done" and all(n == "message" for n, _ in chunks), body
-    return "".join(c["text"] for _, c in chunks), done
-
-
-def test_chat_js_keeps_the_conversation_in_key_value(server: Server, real_host: Host) -> None:
-    first, done = chat_turn(server, "My name is Ada.")
-    conversation = done["conversation"]
-    second, done2 = chat_turn(server, "What is my name?", conversation)
-    assert done2["conversation"] == conversation and (done["turns"], done2["turns"]) == (1, 2)
-    stored = server.get_json(f"/chat/conversations/{conversation}")
-    assert [m["role"] for m in stored] == ["system", "user", "assistant", "user", "assistant"]
-    assert stored[1]["content"] == "My name is Ada." and stored[2]["content"] == first
-    assert stored[3]["content"] == "What is my name?" and stored[4]["content"] == second
-    # The second request's prompt is the whole conversation: the Python API, given the stored messages, reports the
-    # same prompt tokens, and greedy gives the same replies.
-    params = InferencingParams(max_tokens=64, temperature=0.0)
-    for upto, reply, finished in ((2, first, done), (4, second, done2)):
-        want = real_host.chat(SMOL, stored[:upto], params)
-        assert finished["usage"]["prompt_tokens"] == want.usage.prompt_token_count
-        assert reply == want.message.content and finished["finish_reason"] == want.finish_reason.value
-    assert done2["usage"]["prompt_tokens"] > done["usage"]["prompt_tokens"] + done["usage"]["completion_tokens"]
-    status, _ = server.request("GET", "/chat/conversations/nope")
-    assert status == 404
-    status, body = post(server, "/chat/chat", {"message": ""})
-    assert status == 400 and "message" in json.loads(body)["error"]
 
 
 PASSAGES = [
@@ -222,18 +175,6 @@ def test_new_js_templates_build(template: str, tmp_path: Path, llmhost_cache_dir
     assert detect_world(made) == ("command" if template == "agent" else "http-app")
     out = build_component(made, tmp_path / "app.wasm", cache_dir=llmhost_cache_dir)
     assert out.stat().st_size > 1_000_000
-
-
-def test_chat_js_readme(tmp_path: Path, llmhost_cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The README's commands as written (`serve -c` of the directory, then curl): the conversation they leave in the
-    # store has the README's shape. A fresh data directory: the README's second request names conversation c1.
-    monkeypatch.setenv("LLMHOST_DATA_DIR", str(tmp_path / "data"))
-    commands, output, expected = run_served_readme("chat-js", tmp_path, llmhost_cache_dir)
-    assert commands[0].split()[1:3] == ["serve", "-c"] and len(commands) == 4
-    for text in (output, expected):
-        messages = json.loads(text)
-        assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant"]
-        assert [messages[1]["content"], messages[3]["content"]] == ["My name is Ada.", "What is my name?"]
 
 
 def test_rag_js_readme(tmp_path: Path, llmhost_cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
