@@ -23,6 +23,7 @@ from pathlib import Path
 from llmhost.config import default_cache_dir
 from llmhost.toolchains import locks, npm_deps
 from llmhost.toolchains.errors import BuildError
+from llmhost.toolchains.progress import heartbeat
 from llmhost.toolchains.python import digest_files
 
 APP_FILE = "app.js"
@@ -210,32 +211,32 @@ def _build(
 ) -> None:
     toolchain = ensure_toolchain(cache_dir, note)
     started = time.monotonic()
-    if note is not None:
-        note(f"building {app_dir} ({world}) with componentize-js …")
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=cached.parent, suffix=".wasm.tmp")
-    os.close(fd)
-    scratch = Path(tempfile.mkdtemp(prefix="llmhost-bundle-"))
-    try:
-        cli = toolchain / "node_modules" / COMPONENTIZE_JS / "src" / "cli.js"
-        source = (app_dir / APP_FILE).resolve()
-        dependencies = npm_deps.declared(app_dir)
-        sdk = uses_sdk(app_dir)
-        if dependencies is not None or sdk:  # componentize-js takes one module: app.js bundled with its imports
-            installed = npm_deps.install(app_dir, dependencies or {}, cache_dir or default_cache_dir(), note)
-            npm_deps.bundle(source, installed, scratch / APP_FILE, {SDK_NAME: sdk_dir()} if sdk else None)
-            source = scratch / APP_FILE
-        command = [node(), str(cli), str(source), "--wit", str(wit.resolve()), "--world-name", world]
-        command += ["--disable", *DISABLED_FEATURES]
-        command += ["-o", tmp]
-        result = subprocess.run(command, capture_output=True, text=True, check=False, cwd=source.parent)
-        if result.returncode != 0:
-            tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-8:])
-            raise BuildError(f"componentize-js could not build {app_dir / APP_FILE} ({world}):\n{tail}")
-        os.replace(tmp, cached)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-        shutil.rmtree(scratch, ignore_errors=True)
+    # A line at the start and one every HEARTBEAT_S, on a terminal or not (a log would sit silent for the build).
+    with heartbeat(note, f"building {app_dir} ({world}) with componentize-js"):
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cached.parent, suffix=".wasm.tmp")
+        os.close(fd)
+        scratch = Path(tempfile.mkdtemp(prefix="llmhost-bundle-"))
+        try:
+            cli = toolchain / "node_modules" / COMPONENTIZE_JS / "src" / "cli.js"
+            source = (app_dir / APP_FILE).resolve()
+            dependencies = npm_deps.declared(app_dir)
+            sdk = uses_sdk(app_dir)
+            if dependencies is not None or sdk:  # componentize-js takes one module: app.js bundled with its imports
+                installed = npm_deps.install(app_dir, dependencies or {}, cache_dir or default_cache_dir(), note)
+                npm_deps.bundle(source, installed, scratch / APP_FILE, {SDK_NAME: sdk_dir()} if sdk else None)
+                source = scratch / APP_FILE
+            command = [node(), str(cli), str(source), "--wit", str(wit.resolve()), "--world-name", world]
+            command += ["--disable", *DISABLED_FEATURES]
+            command += ["-o", tmp]
+            result = subprocess.run(command, capture_output=True, text=True, check=False, cwd=source.parent)
+            if result.returncode != 0:
+                tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-8:])
+                raise BuildError(f"componentize-js could not build {app_dir / APP_FILE} ({world}):\n{tail}")
+            os.replace(tmp, cached)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+            shutil.rmtree(scratch, ignore_errors=True)
     if note is not None:
         summary = npm_deps.summary(app_dir, cached, cache_dir or default_cache_dir())
         note(f"built {app_dir} in {time.monotonic() - started:.1f} s ({summary})")
