@@ -11,7 +11,7 @@ GET    /conversations/ID  the conversation as kept: {"id": ID, "messages": [{"ro
 DELETE /conversations/ID  forget it
 
 The store must be granted (llmhost.toml: `key-value-stores = ["default"]`); without it POST /chat answers 503.
-guest-examples/chat-js is this app in JavaScript, byte for byte (tests/e2e/test_chat_contract.py).
+The JavaScript chat template (chat-js) is this app, byte for byte (tests/e2e/test_chat_contract.py).
 """
 
 import contextlib

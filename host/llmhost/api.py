@@ -226,7 +226,7 @@ class Host:
         sources changed into the cache's `dev/` folder, as the CLI builds a DIR."""
         if not path.is_dir():
             return path
-        from llmhost.serve.sources import build_guest
+        from llmhost.toolchains.guest_dirs import build_guest
 
         try:
             return build_guest(path, world, self.config.cache_dir, self._note)

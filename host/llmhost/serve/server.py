@@ -67,7 +67,7 @@ def watcher_for(
     """A `Watcher` of the components built from guest directories: each is rebuilt (for `world`, None: its own) as
     at start, loaded with `load` and put in service with `swap`. The data and cache directories, and the SQLite
     stores' files, are no sources even inside a guest directory."""
-    from llmhost.serve.sources import build_guest
+    from llmhost.toolchains.guest_dirs import build_guest
 
     roots = {name: c.source_dir for name, c in settings.components.items() if c.source_dir is not None}
     if not roots:
