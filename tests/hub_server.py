@@ -131,8 +131,9 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def hub_server(hub: Hub) -> Iterator[Hub]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(hub))
+def hub_server(hub: Hub, handler: type[BaseHTTPRequestHandler] | None = None) -> Iterator[Hub]:
+    """Serve `hub` on loopback (with `handler`, a subclass of `_handler(hub)`'s class, in its place)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler or _handler(hub))
     hub.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": POLL_S}, daemon=True)
     thread.start()

@@ -14,19 +14,17 @@ import signal
 import struct
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
 
-from hub_server import COMMIT, POLL_S, Hub, _handler
+from hub_server import COMMIT, Hub, _handler, hub_server
 from llmhost.cli import cli
 from llmhost.config import load_config
 from llmhost.engine import hub_download
@@ -91,15 +89,8 @@ def hostile_server(hub: Hostile) -> Iterator[Hostile]:
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True  # the client stopped reading
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    hub.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": POLL_S}, daemon=True)
-    thread.start()
-    try:
-        yield hub
-    finally:
-        server.shutdown()
-        server.server_close()
+    with hub_server(hub, Handler) as served:
+        yield served
 
 
 def _merge(entry: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
