@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 POLL_S = 0.05  # serve_forever's shutdown poll: its default (0.5 s) would end each test half a second late
@@ -89,7 +90,10 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                 }
                 for n, p in hub.repos[repo].items()
             ]
-            data = json.dumps({"id": repo, "modelId": repo, "sha": COMMIT, "siblings": siblings}).encode()
+            self._json({"id": repo, "modelId": repo, "sha": COMMIT, "siblings": siblings})
+
+        def _json(self, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))

@@ -7,7 +7,6 @@ removed, and `--config` never pastes a name TOML could not hold."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import signal
@@ -58,12 +57,7 @@ def hostile_server(hub: Hostile) -> Iterator[Hostile]:
                 sha, size = hub.sha256(path), path.stat().st_size
                 entry = {"rfilename": name, "size": size, "lfs": {"sha256": sha, "size": size, "pointerSize": 134}}
                 siblings.append(_merge(entry, hub.listing.get(name, {})))
-            data = json.dumps({"id": repo, "modelId": repo, "sha": hub.commit, "siblings": siblings}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self._json({"id": repo, "modelId": repo, "sha": hub.commit, "siblings": siblings})
 
         def _file(self, path: Path, name: str, body: bool) -> None:
             data = path.read_bytes()
