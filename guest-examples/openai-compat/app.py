@@ -1,9 +1,9 @@
 """openai-compat: OpenAI's API as a guest component of the `http-app` world, served by `llmhost serve`, on the guest
 SDK (`llmhost_guest`): POST /v1/chat/completions (the host's `chat`: the model's own template, tools), POST
 /v1/completions (text or token-id prompts, `echo`), POST /v1/embeddings, POST /v1/responses (responses.py), GET
-/v1/models and /v1/models/{id}, each with or without its /v1 prefix. README.md lists the fields supported and
-refused; request checking is in validate.py. n choices of a prompt are forks of one sequence (the prompt is
-evaluated once) whose generations decode together.
+/v1/models and /v1/models/{id}, each with or without its /v1 prefix; Anthropic's POST /v1/messages (messages.py).
+README.md lists the fields supported and refused; request checking is in validate.py. n choices of a prompt are
+forks of one sequence (the prompt is evaluated once) whose generations decode together.
 
 Guarantees: a malformed request is a 400 in OpenAI's shape naming the `param`, an unexpected error a 500 (the guest
 never traps on client input); a stream ends with a finish_reason and `data: [DONE]`, or an error event and
@@ -20,24 +20,15 @@ import uuid
 from itertools import accumulate
 from urllib.parse import unquote
 
+from common import WIND_DOWN_MS, api_error, json_response, read_json
 from componentize_py_types import Err
-from llmhost_guest import (
-    DEFAULT_CHAT_MODEL,
-    Done,
-    InvalidInput,
-    LlmError,
-    ModelNotSupported,
-    Sequence,
-    Usage,
-    interleave,
-    llm,
-)
+from llmhost_guest import DEFAULT_CHAT_MODEL, Done, LlmError, Sequence, Usage, interleave, llm
 from llmhost_guest import http as web
+from messages import MESSAGES_ROUTES, handle_messages
 from responses import handle_responses, responses_request
 from validate import (
     BadRequest,
     chat_request,
-    check_unicode,
     completion_request,
     embedding_request,
     model_not_found,
@@ -45,34 +36,6 @@ from validate import (
 )
 from wit_world import exports
 from wit_world.imports import http
-
-# A stream with less time than this left before its hard cap ends now, with finish_reason "length".
-WIND_DOWN_MS = 1500
-# The request field a host `invalid-input` message is about (its messages name the WIT field).
-PARAM_OF_MESSAGE = [
-    ("max-tokens", "max_tokens"), ("temperature", "temperature"), ("top-p", "top_p"), ("top-k", "top_k"),
-    ("stop", "stop"), ("seed", "seed"), ("logit", "logit_bias"), ("frequency", "frequency_penalty"),
-    ("presence", "presence_penalty"), ("logprobs", "top_logprobs"), ("schema", "response_format"),
-    ("constraint", "response_format"), ("tool", "tools"),
-]  # fmt: skip
-
-
-def api_error(error, model, writer, param=None):
-    """The OpenAI error for a failed host call: the one place that maps the SDK's errors."""
-    if isinstance(error, ModelNotSupported):
-        if "embedding-only" in error.message:  # the model exists but cannot generate: say why (the host's words)
-            return BadRequest(error.message, "model", 400, "model_not_supported")
-        return model_not_found(model)
-    message = error.message or "generation failed"
-    if isinstance(error, InvalidInput):
-        return BadRequest(message, next((p for needle, p in PARAM_OF_MESSAGE if needle in message), param))
-    if writer.time_left_ms() == 0:  # the server told us our time is up (it cancelled the generation)
-        return BadRequest(f"the request ran out of time: {message}", None, 504, "timeout", "timeout_error")
-    return BadRequest(message, None, 500)
-
-
-def json_response(status, value):
-    return http.Response(status=status, headers=[("content-type", "application/json")], body=json.dumps(value).encode())
 
 
 def usage_json(usages, per_prompt=1):
@@ -429,19 +392,6 @@ def handle_models(model_id=None):
     return json_response(200, found)
 
 
-def read_json(request):
-    try:
-        body = json.loads(bytes(request.body))
-    except ValueError:
-        raise BadRequest(
-            "We could not parse the JSON body of your request. The body must be a JSON object.", code="invalid_json"
-        ) from None
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object", code="invalid_json")
-    check_unicode(body)
-    return body
-
-
 # path -> (checks the body, answers, the param a host's invalid-input message names when it names no field)
 POST_ROUTES = {
     "/v1/chat/completions": (chat_request, handle_chat, "messages"),
@@ -476,6 +426,8 @@ def route(request, writer):
         if request.method != "GET":
             raise BadRequest(f"{path} takes GET", status=405, code="method_not_allowed")
         return handle_models(unquote(path[len("/v1/models/") :]) if path != "/v1/models" else None)
+    if path in MESSAGES_ROUTES:  # Anthropic's Messages API, answered in Anthropic's shapes (messages.py)
+        return handle_messages(path, request, writer)
     if path not in POST_ROUTES:
         raise BadRequest(f"Invalid URL ({request.method} {path})", status=404, code="not_found")
     if request.method != "POST":

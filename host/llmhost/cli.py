@@ -346,6 +346,13 @@ def new(name: str, template: str, lang: str) -> None:
 @log_level_option("info logs one line per request: method, path, status, duration, tokens.")
 @pull_option()
 @watch_option("requests in flight finish on the old version, new ones get the new one")
+@click.option(
+    "--ray",
+    "on_ray",
+    is_flag=True,
+    help="Deploy the app config on `[cluster] ray-address` as the Ray Serve app llmhost-app (`[serve] replicas`), "
+    "print its URL and exit; `serve delete llmhost-app` removes it.",
+)
 @click.pass_obj
 @reports_errors
 def serve(
@@ -356,6 +363,7 @@ def serve(
     log_level: str,
     pull: bool,
     watch: bool,
+    on_ray: bool,
 ) -> None:
     """Serve APP.wasm (an `http-app` component) on every path, or the app a config describes. APP may be a guest
     directory: it is built first when its sources changed.
@@ -363,6 +371,17 @@ def serve(
     Every request gets a fresh sandboxed instance; SIGINT/SIGTERM stop accepting, let in-flight requests finish
     (bounded by `shutdown-grace-s`) and exit 0.
     """
+    if on_ray:
+        if app is not None or listen is not None or watch:
+            raise click.UsageError("--ray deploys an app config (-c APP.toml) as it is: no APP, --listen or --watch")
+        path = config_path or settings.config_path
+        if path is None:
+            raise click.UsageError("--ray: give the app config with -c/--config")
+        _pull_for(settings, path, pull)
+        from llmhost.serve_ray.build import deploy
+
+        click.echo(deploy(path))
+        return
     from llmhost.serve import run
 
     serve_settings = _server_settings(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import tomllib
@@ -102,7 +103,9 @@ class ModelConfig(_Section):
     # --- where the model runs (docs/scale-out.md) ---------------------------------------------------------
     # "llama-cpp": in this process. "openai": on remote OpenAI-compatible servers (vLLM, SGLang, llama.cpp's
     # server, llama-cpp-python's server, another llmhost); `slots` is then how many requests it has in flight.
-    backend: Literal["llama-cpp", "openai"] = "llama-cpp"
+    # "ray": in a Ray Serve deployment on the cluster `[cluster] ray-address` names, whose replicas run this same
+    # local engine (docs/scale-out.md).
+    backend: Literal["llama-cpp", "openai", "ray"] = "llama-cpp"
     base_urls: tuple[str, ...] = ()  # e.g. ["http://10.0.0.5:8000/v1"]; requests go round-robin over them
     remote_model: str | None = None  # the name the server serves it under (default: this model's name)
     # The environment variable holding the API key (sent as a bearer token). The key itself never appears in a
@@ -117,6 +120,19 @@ class ModelConfig(_Section):
     read_timeout_s: float = Field(120.0, gt=0)  # the longest silence allowed while waiting for the next chunk
     retries: int = Field(3, ge=0, le=20)  # extra attempts after 429/503 or a refused connection
 
+    # --- backend = "ray": the deployment's replicas (Ray decides where they run, restarts and scales them) -------
+    replicas: int | None = Field(None, ge=1)  # a fixed count; else autoscaling between the two below (default 1)
+    min_replicas: int | None = Field(None, ge=0)
+    max_replicas: int | None = Field(None, ge=1)
+    target_ongoing_requests: float | None = Field(None, gt=0)  # autoscaling's target per replica (default: slots)
+    upscale_delay_s: float = Field(5.0, ge=0)  # how long load must stay above the target before a replica is added
+    downscale_delay_s: float = Field(60.0, ge=0)  # ... below it before one is removed
+    replica_cpus: float = Field(1.0, ge=0)  # each replica's Ray resources (`replica-gpus = 1` with n-gpu-layers = -1)
+    replica_gpus: float = Field(0.0, ge=0)
+    # Requests sharing a prompt's start go to the replica that last served it (its prefix cache), while it has a free
+    # slot; false spreads them by load alone.
+    prefix_affinity: bool = True
+
     @model_validator(mode="after")
     def _check_backend(self) -> ModelConfig:
         if self.backend == "openai" and not self.base_urls:
@@ -129,7 +145,21 @@ class ModelConfig(_Section):
         for url in self.base_urls:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"`base-urls`: {url!r} is not an http(s) URL")
-        return self._check_hub()._check_kind()
+        return self._check_ray()._check_hub()._check_kind()
+
+    def _check_ray(self) -> ModelConfig:
+        ray_keys = sorted(_kebab(k) for k in self.model_fields_set & RAY_MODEL_KEYS)
+        if self.backend != "ray":
+            if ray_keys:
+                raise ValueError(f'{", ".join(f"`{k}`" for k in ray_keys)}: only with backend = "ray"')
+            return self
+        autoscaled = self.model_fields_set & AUTOSCALING_KEYS
+        if self.replicas is not None and autoscaled:
+            raise ValueError("`replicas` is a fixed count: drop it, or drop `min-replicas`/`max-replicas`")
+        low, high = self.min_replicas or 0, self.max_replicas
+        if high is not None and low > high:
+            raise ValueError(f"`min-replicas` ({low}) is more than `max-replicas` ({high})")
+        return self
 
     def _check_hub(self) -> ModelConfig:
         if self.hf_repo is not None and self.path is not None:
@@ -153,6 +183,41 @@ class ModelConfig(_Section):
         return self
 
 
+RAY_MODEL_KEYS = frozenset(
+    {"replicas", "min_replicas", "max_replicas", "target_ongoing_requests", "replica_cpus", "replica_gpus"}
+    | {"prefix_affinity", "upscale_delay_s", "downscale_delay_s"}
+)
+
+
+AUTOSCALING_KEYS = frozenset(
+    {"min_replicas", "max_replicas", "target_ongoing_requests", "upscale_delay_s", "downscale_delay_s"}
+)
+
+
+class ClusterConfig(_Section):
+    """`[cluster]`: the Ray cluster that `backend = "ray"` models run on."""
+
+    # "auto" (the cluster this machine belongs to), "HOST:PORT" (its GCS address) or "ray://HOST:10001" (Ray Client).
+    ray_address: str | None = Field(None, min_length=1)
+    connect_timeout_s: float = Field(15.0, gt=0)  # a bad or unreachable address fails within this
+
+
+def check_cluster(models: Mapping[str, ModelConfig], cluster: ClusterConfig) -> None:
+    """A Ray model needs `[cluster] ray-address`, and Ray itself (the `ray` extra): refused at load."""
+    ray_models = [name for name, model in models.items() if model.backend == "ray"]
+    if not ray_models:
+        return
+    if cluster.ray_address is None:
+        raise ValueError(
+            f'model {ray_models[0]!r} has backend = "ray": set `[cluster] ray-address` ("auto", "HOST:PORT" or '
+            '"ray://HOST:10001")'
+        )
+    if importlib.util.find_spec("ray") is None or importlib.util.find_spec("ray.serve") is None:
+        raise ValueError(
+            f'model {ray_models[0]!r} has backend = "ray", but Ray is not installed: pip install llmhost[ray]'
+        )
+
+
 class LlamaCppEngineConfig(_Section):
     kind: Literal["llama-cpp"] = "llama-cpp"
 
@@ -165,7 +230,17 @@ class FakeEngineConfig(_Section):
     context_length: int = 64
 
 
-EngineConfig = Annotated[LlamaCppEngineConfig | FakeEngineConfig, Field(discriminator="kind")]
+class FakeDecoderEngineConfig(_Section):
+    """The local engine (slots, batching, sequences, prefix cache) over a deterministic decoder with no model:
+    tests and benchmarks of scheduling and scale-out. A token per byte; each decode step sleeps `step-ms`, as a
+    GPU-bound step that leaves the host's CPU free."""
+
+    kind: Literal["fake-decoder"] = "fake-decoder"
+    step_ms: float = Field(0.0, ge=0)
+    context_length: int = Field(256, ge=16)
+
+
+EngineConfig = Annotated[LlamaCppEngineConfig | FakeEngineConfig | FakeDecoderEngineConfig, Field(discriminator="kind")]
 
 
 def alias_map(models: Mapping[str, ModelConfig]) -> dict[str, str]:
@@ -345,6 +420,7 @@ class HostConfig(_Section):
     # `transfer-memory-mb`: host memory that byte lists handed into guests may take at once, all components together
     # (grants/transfers.py). None: an eighth of this machine's memory, between 256 MB and 2 GB.
     transfer_memory_mb: int | None = Field(default=None, ge=16)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
     @field_validator("models")
     @classmethod
@@ -359,6 +435,7 @@ class HostConfig(_Section):
     @model_validator(mode="after")
     def _warn_redis_grants(self) -> HostConfig:
         warn_redis_grants(self.key_value, {"sandbox": self.sandbox})
+        check_cluster(self.models, self.cluster)
         return self
 
 

@@ -10,7 +10,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "host" / "llmhost"
 # Bottom up. `toolchains` and `guest_sdk` stand apart: only the entry points above `api` use the toolchains.
 LAYERS = [
     *("domain", "config", "engine", "chat", "run", "grants", "runtime", "interfaces"),
-    *("api", "aio", "serve", "asgi", "mcp", "cli"),
+    *("api", "aio", "serve", "asgi", "serve_ray", "ray", "mcp", "cli"),
 ]
 APART = {"toolchains": {"domain", "config"}, "guest_sdk": set()}
 USERS_OF_TOOLCHAINS = {"api", "aio", "serve", "asgi", "mcp", "cli"}

@@ -13,6 +13,7 @@ from llmhost.domain.types import ModelInfo
 from llmhost.engine.base import Engine, configured
 from llmhost.engine.hub import model_file
 from llmhost.engine.kinds import FileFacts, file_facts
+from llmhost.engine.local_engines import local_engine
 from llmhost.engine.observer import Observers, no_observers
 
 
@@ -100,34 +101,21 @@ def create_registry(
                 resolve(name, model)  # refused at start when not downloaded, naming `llmhost pull`
     local = {name: m for name, m in config.models.items() if m.backend == "llama-cpp"}
     remote = {name: m for name, m in config.models.items() if m.backend == "openai"}
+    on_ray = {name: m for name, m in config.models.items() if m.backend == "ray"}
     engines: dict[str, Engine] = {}
-    if local or not remote:
-        engine = _local_engine(config, local, note, observers)
+    if local or not (remote or on_ray):
+        engine = local_engine(config, local, note, observers)
         engines.update(dict.fromkeys(engine.model_names(), engine))
     if remote:
         # Imported here: a host with only local models never loads the HTTP client.
         from llmhost.engine.remote.engine import OpenAIEngine
 
         engines.update(dict.fromkeys(remote, OpenAIEngine(remote, cache_dir=config.cache_dir, note=note)))
+    if on_ray:
+        # Imported here: Ray is an optional extra (`pip install llmhost[ray]`), loaded only by hosts that use it.
+        from llmhost.engine.ray.engine import RayEngine
+
+        engines.update(dict.fromkeys(on_ray, RayEngine(on_ray, config.cluster, config.engine, note=note)))
     aliases = {alias: name for alias, name in alias_map(config.models).items() if name in engines}
     order = [name for name in config.models if name in engines] or list(engines)
     return Registry(engines, order, aliases, config.models)
-
-
-def _local_engine(
-    config: HostConfig, models: Mapping[str, ModelConfig], note: Callable[[str], None] | None, observers: Observers
-) -> Engine:
-    if isinstance(config.engine, FakeEngineConfig):
-        from llmhost.engine.fake import FakeEngine
-
-        return FakeEngine(
-            models=tuple(models),
-            script=config.engine.script,
-            context_length=config.engine.context_length,
-        )
-    # Imported here so that `llmhost --help` and unit tests never load llama.cpp.
-    from llmhost.engine.local.engine import LlamaCppEngine
-
-    return LlamaCppEngine(
-        {name: config.models[name] for name in models}, cache_dir=config.cache_dir, note=note, observers=observers
-    )

@@ -24,7 +24,7 @@ from llmhost.domain.limits import DEADLINE_GRACE_S, DEFAULT_BODY_TIMEOUT_S, DEFA
 from llmhost.interfaces.http import WriteClosed, WriteInvalid
 from llmhost.run.scope import RunScope, TokenBudget
 from llmhost.runtime import abi
-from llmhost.serve.auth import UNAUTHORIZED_BODY, ApiKeys
+from llmhost.serve.auth import ApiKeys, unauthorized_body
 from llmhost.serve.component import (
     DEADLINE,
     LOG_DROPPED,
@@ -359,17 +359,18 @@ class Exchange:
             self.note = _CLIENT_GONE
 
     async def respond_unauthorized(self) -> None:
-        """401 in OpenAI's error shape (see `auth`); the presented key is never logged."""
+        """401 in OpenAI's (or Anthropic's) error shape (see `auth`); the presented key is never logged."""
+        body = unauthorized_body(self.headers)
         headers = [
             (b"content-type", b"application/json"),
             (b"www-authenticate", b'Bearer realm="llmhost"'),
-            (b"content-length", str(len(UNAUTHORIZED_BODY)).encode()),
+            (b"content-length", str(len(body)).encode()),
         ]
         self.note = "no valid API key"
         try:
             await self._send_now({"type": "http.response.start", "status": 401, "headers": headers})
             self.status = 401
-            await self._send_now({"type": "http.response.body", "body": UNAUTHORIZED_BODY, "more_body": False})
+            await self._send_now({"type": "http.response.body", "body": body, "more_body": False})
         except OSError:
             self.note = _CLIENT_GONE
 

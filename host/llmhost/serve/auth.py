@@ -3,7 +3,8 @@
 Keys come from the environment variable `LLMHOST_API_KEYS` (comma-separated) and/or the file named by the app
 config's `api-keys-file` (one key per line; blank lines and `#` comments skipped). Only their SHA-256 digests are
 kept, so no key can reach a log line, a repr or an error message; a presented key is hashed and compared in
-constant time. A refused request gets 401 in OpenAI's error shape (the API most clients of these apps speak).
+constant time. A refused request gets 401 in OpenAI's error shape (the API most clients of these apps speak), or
+in Anthropic's for a client of its Messages API (`x-api-key`, accepted as a key too).
 """
 
 from __future__ import annotations
@@ -37,16 +38,19 @@ class ApiKeys:
         return f"ApiKeys({len(self._digests)} keys)"
 
     def allows(self, headers: Iterable[tuple[str, str]]) -> bool:
-        """Whether the request's `Authorization: Bearer KEY` names an accepted key (always, when there are none)."""
+        """Whether the request's `Authorization: Bearer KEY` (or Anthropic's `x-api-key: KEY`) names an accepted
+        key (always, when there are none)."""
         if not self._digests:
             return True
         for name, value in headers:
+            key = value.strip() if name == "x-api-key" else ""
             if name == "authorization":
                 scheme, _, key = value.strip().partition(" ")
-                if scheme.lower() == "bearer" and key.strip():
-                    presented = _digest(key.strip())
-                    # Every digest is compared, so timing says nothing about which (or whether one) matched.
-                    return sum(hmac.compare_digest(presented, d) for d in self._digests) > 0
+                key = key.strip() if scheme.lower() == "bearer" else ""
+            if key:
+                presented = _digest(key)
+                # Every digest is compared, so timing says nothing about which (or whether one) matched.
+                return sum(hmac.compare_digest(presented, d) for d in self._digests) > 0
         return False
 
 
@@ -77,3 +81,21 @@ UNAUTHORIZED_BODY = json.dumps(
         }
     }
 ).encode()
+
+# Anthropic's shape, for clients of its Messages API (they send `anthropic-version` or `x-api-key`).
+ANTHROPIC_UNAUTHORIZED_BODY = json.dumps(
+    {
+        "type": "error",
+        "error": {
+            "type": "authentication_error",
+            "message": "missing or invalid API key: send `x-api-key: KEY` (or `Authorization: Bearer KEY`) with a key "
+            "this server accepts",
+        },
+    }
+).encode()
+
+
+def unauthorized_body(headers: Iterable[tuple[str, str]]) -> bytes:
+    """The 401 body in the error shape of the API the client speaks."""
+    anthropic = any(name in ("anthropic-version", "x-api-key") for name, _ in headers)
+    return ANTHROPIC_UNAUTHORIZED_BODY if anthropic else UNAUTHORIZED_BODY

@@ -19,6 +19,7 @@ from pathlib import Path
 from pydantic import Field, field_validator, model_validator
 
 from llmhost.config import (
+    ClusterConfig,
     CompileStrategy,
     ConfigError,
     EngineConfig,
@@ -33,6 +34,7 @@ from llmhost.config import (
     _Section,
     alias_map,
     check_aliases,
+    check_cluster,
     default_cache_dir,
     default_data_dir,
     default_stores,
@@ -92,6 +94,13 @@ class ComponentConfig(GrantsConfig):  # grants: key-value stores, config values,
     limits: LimitOverrides = Field(default_factory=LimitOverrides)
 
 
+class RayServeConfig(_Section):
+    """`[serve]`: the app on Ray (`llmhost.ray:app`, `llmhost serve --ray`)."""
+
+    replicas: int = Field(1, ge=1)  # ingress replicas, spread across nodes
+    replica_cpus: float = Field(1.0, ge=0)
+
+
 class AppConfig(_Section):
     listen: str = DEFAULT_LISTEN
     # The metrics listener (/metrics, /healthz, /readyz), HOST:PORT; off when unset. Never the apps' port.
@@ -118,6 +127,8 @@ class AppConfig(_Section):
     # The host config's keys, for the one-component form (`serve DIR`): its grants and quotas, as `llmhost run`'s.
     sandbox: SandboxConfig | None = None
     compile_strategy: CompileStrategy = Field(default_factory=_default_compile_strategy)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)  # for backend = "ray" models and `serve --ray`
+    serve: RayServeConfig = Field(default_factory=lambda: RayServeConfig())
 
     @field_validator("listen")
     @classmethod
@@ -149,6 +160,7 @@ class AppConfig(_Section):
         if self.sandbox is not None:
             grants["sandbox"] = self.sandbox
         warn_redis_grants(self.key_value, grants)
+        check_cluster(self.models, self.cluster)
         return self
 
     def host_config(self) -> HostConfig:
@@ -161,6 +173,7 @@ class AppConfig(_Section):
             transfer_memory_mb=self.transfer_memory_mb,
             sandbox=self.sandbox if self.sandbox is not None else SandboxConfig(),
             compile_strategy=self.compile_strategy,
+            cluster=self.cluster,
         )
 
 

@@ -16,6 +16,7 @@ give the same text anyway.
 from __future__ import annotations
 
 import json
+import time
 import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -62,7 +63,10 @@ class FakeDecoder:
         eog_bias: float = -2.0,
         rounding: bool = False,
         tiled_at: int = 3,
+        step_s: float = 0.0,
     ) -> None:
+        """`step_s`: each decode call sleeps this long (a GPU-bound step: the host's CPU stays free)."""
+        self.step_s = step_s
         self.n_vocab = 256 + BYTE_OFFSET
         self.n_ctx = n_ctx
         self.n_batch = n_batch
@@ -117,6 +121,8 @@ class FakeDecoder:
     def decode(self, rows: Sequence[BatchRow], logits_at: set[int]) -> int:
         if sum(len(c) for c in self.cells.values()) + sum(len(t) for _, _, t in rows) > self.n_ctx * self.n_slots:
             return 1  # no room in the (unified) cache
+        if self.step_s:
+            time.sleep(self.step_s)
         self.decodes += 1
         self.calls.append([len(tokens) for _, _, tokens in rows])
         total = sum(self.calls[-1])
