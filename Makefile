@@ -4,12 +4,14 @@
 #   make test          install, then lint (ruff), type-check (mypy) and run every test
 #   make test-fast     unit and integration tests on the fake engine, without the slow soak-style cases
 #   make test-slow     the full-size soaks (marked `soak`) that `make test` runs at a smaller size
-#   make install       .venv with llama-cpp-python (CPU build, cached) and llmhost editable, with dev tools
+#   make install       .venv with llama-cpp-python (CPU build, cached) and llmhost editable, with dev tools, Ray
+#                      Serve (the `ray` extra) and OpenTelemetry (the `otel` extra)
 #                      (and the built-in models' files: all-MiniLM-L6-v2 is converted to GGUF here)
 #   make install-cuda  the same with a CUDA build of llama-cpp-python for this machine's GPUs (needs nvcc; then set
 #                      `n-gpu-layers = -1` in the model's config); CUDA_ARCHITECTURES=86 builds for another GPU.
 #                      Sticky: later `make install`/`make test` keep it until `make install LLAMA_VARIANT=cpu`.
 #   make bench         benchmarks (bench/run.py; results go to docs/benchmarks.md)
+#   make docs          the documentation site (mkdocs.yml, docs/) built into site/; fails on a broken link
 #   make browser       Debian's chromium + chromedriver for the serve browser test (apt-get; once)
 #   make prometheus    Debian's prometheus for the serve metrics test (apt-get; once)
 #   make redis         Debian's redis-server for the key-value tests (apt-get; once; the tests start their own)
@@ -43,7 +45,7 @@ CUDA := $(filter cuda,$(LLAMA_VARIANT))
 # Redo the install when the dependencies or the llama.cpp build recipe change (or the variant or architectures do).
 STAMP := $(VENV)/.installed-$(LLAMA_VARIANT)$(if $(CUDA),-$(subst ;,_,$(CUDA_ARCHITECTURES)))
 
-.PHONY: help venv install install-cuda browser prometheus redis test test-fast test-slow lint demo bench clean distclean
+.PHONY: help venv install install-cuda browser prometheus redis test test-fast test-slow lint demo bench docs clean distclean
 
 help:
 	@sed -n '/^#   make /,/^$$/s/^# \{0,1\}//p' Makefile
@@ -60,7 +62,7 @@ venv: $(PY)
 # editable install finds it satisfied and pip never compiles it with its default (-march=native) flags.
 $(STAMP): pyproject.toml setup.py scripts/llama-wheel.sh | $(PY)
 	$(if $(CUDA),CUDA_ARCHITECTURES='$(CUDA_ARCHITECTURES)' )bash scripts/llama-wheel.sh $(PY) $(LLAMA_VARIANT)
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,ray,otel]'
 	rm -f $(VENV)/.installed-* $(VENV)/.cuda-architectures
 	echo $(LLAMA_VARIANT) > $(VENV)/.llama-variant
 	$(if $(CUDA),echo '$(CUDA_ARCHITECTURES)' > $(VENV)/.cuda-architectures)
@@ -113,8 +115,9 @@ redis:
 MAKE_STARTED := $(shell date +%s)
 
 # The tests that leave a core idle most (unit: one thread; integration and kv: servers, timeouts, subprocesses) run
-# first, while the background prebuild still has work for that core; e2e, which keeps both busy, runs last.
-TEST_ORDER := tests/unit tests/kv tests/integration tests/e2e
+# first, while the background prebuild still has work for that core; e2e, which keeps both busy, runs last. on_ray
+# starts a local Ray cluster for its own tests and stops it after them.
+TEST_ORDER := tests/unit tests/kv tests/integration tests/on_ray tests/e2e
 
 # pytest's own summary line is printed again last, after the total, so that it stays the closing line.
 # LLMHOST_TEST_PREBUILD: every guest of the repository is built in the background while the tests run, at idle
@@ -141,6 +144,10 @@ demo: install
 
 bench: install
 	$(PY) bench/run.py
+
+# --strict: a broken link or anchor fails the build (tests/unit/test_docs_site.py runs the same build in `make test`).
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis host/*.egg-info *.egg-info

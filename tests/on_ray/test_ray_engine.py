@@ -22,13 +22,14 @@ from ray import serve
 from llmhost import Host, HostConfig
 from llmhost.config import ConfigError
 from llmhost.domain.errors import EngineError
-from llmhost.domain.types import InferencingParams, StreamChunk
+from llmhost.domain.types import BeamParams, InferencingParams, StreamChunk
 from llmhost.engine.base import collect
 from llmhost.engine.ray.engine import RayEngine
 from llmhost.engine.registry import create_registry
 from probe_driver import run_probe
 
 from .conftest import RayCluster
+from .streams import merged_chunks
 
 FLEET = {"backend": "ray", "replicas": 2, "replica-cpus": 0.25, "slots": 4, "deterministic": True}
 GREEDY = InferencingParams(max_tokens=24, temperature=0.0, repeat_penalty=1.0)
@@ -104,7 +105,7 @@ def test_a_guest_gets_the_same_answers_as_from_the_local_engine(hosts: tuple[Hos
     for case in cases:
         ours, theirs = run_probe(on_ray, *case), run_probe(local, *case)
         assert ours.error is None and ours.exit_code == 0, (case, ours.stderr)
-        assert ours.value == theirs.value, case
+        assert merged_chunks(ours.value) == merged_chunks(theirs.value), case
     stream = run_probe(on_ray, "stream", "fd", "Streamed", json.dumps(greedy)).value
     assert stream["events"][-1]["done"]["finish-reason"] in ("length", "stop")
     assert run_probe(on_ray, "infer", "no-such-model", "x").error["kind"] == "model-not-supported"
@@ -115,6 +116,27 @@ def test_bad_params_are_the_local_engines_errors(hosts: tuple[Host, Host], probe
     case = ("infer", "fd", "x", json.dumps({"max-tokens": 10, "constraint": {"regex": "[a-z"}}))
     ours, theirs = run_probe(on_ray, *case), run_probe(local, *case)
     assert ours.error is not None and ours.error == theirs.error
+
+
+def test_scores_beam_search_and_next_token_logprobs_are_the_local_engines(hosts: tuple[Host, Host]) -> None:
+    on_ray, local = ray_engine(hosts[0]), hosts[1].engine.engine("fd")
+    seq, twin = on_ray.open_sequence("fd"), local.open_sequence("fd")
+    try:
+        for s in (seq, twin):
+            s.append("Three famous painters:")
+        assert seq.score([" Monet", " Klimt and Kahlo"]) == twin.score([" Monet", " Klimt and Kahlo"])
+        assert seq.next_token_logprobs(3) == twin.next_token_logprobs(3)
+        assert seq.append_tokens_with_logprobs([70, 80], 2) == twin.append_tokens_with_logprobs([70, 80], 2)
+        params = BeamParams(width=2, max_tokens=6)
+        ours, theirs = seq.beam_search(params), twin.beam_search(params)
+        assert [(b.token_ids(), score) for b, score in ours] == [(b.token_ids(), score) for b, score in theirs]
+        assert [b.text() for b, _ in ours] == [b.text() for b, _ in theirs]
+        assert seq.log_likelihood() == twin.log_likelihood() and seq.logprobs() == twin.logprobs()
+        for beam, _ in [*ours, *theirs]:
+            beam.close()
+    finally:
+        seq.close()
+        twin.close()
 
 
 # -- sequences keep their KV cache where it is --------------------------------------------------------------------
