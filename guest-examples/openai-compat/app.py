@@ -20,20 +20,14 @@ import uuid
 from itertools import accumulate
 from urllib.parse import unquote
 
+from checks import BadRequest, model_not_found
 from common import WIND_DOWN_MS, api_error, json_response, read_json
 from componentize_py_types import Err
 from llmhost_guest import DEFAULT_CHAT_MODEL, Done, LlmError, Sequence, Usage, interleave, llm
 from llmhost_guest import http as web
 from messages import MESSAGES_ROUTES, handle_messages
 from responses import handle_responses, responses_request
-from validate import (
-    BadRequest,
-    chat_request,
-    completion_request,
-    embedding_request,
-    model_not_found,
-    tokenize_request,
-)
+from validate import chat_request, completion_request, embedding_request, tokenize_request
 from wit_world import exports
 from wit_world.imports import http
 

@@ -3,8 +3,9 @@ and the one mapping of the SDK's errors onto HTTP errors (`BadRequest`)."""
 
 import json
 
+from checks import BadRequest, model_not_found
 from llmhost_guest import InvalidInput, ModelNotSupported
-from validate import BadRequest, check_unicode, model_not_found
+from validate import check_unicode
 from wit_world.imports import http
 
 # A stream with less time than this left before its hard cap ends now (finish_reason "length").

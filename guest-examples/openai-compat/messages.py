@@ -11,11 +11,12 @@ import json
 import traceback
 import uuid
 
+from checks import BadRequest, array, boolean, number, obj, string
 from common import api_error, json_response, read_json
 from componentize_py_types import Err
 from llmhost_guest import LlmError, llm
 from messages_stream import Generation, error_json, stop_reason, stream_message
-from validate import TOOL_NAME, BadRequest, array, boolean, chat_request, number, obj, string
+from validate import TOOL_NAME, chat_request
 
 MESSAGES_ROUTES = ("/v1/messages", "/v1/messages/count_tokens")
 MAX_STOP_SEQUENCES = 16  # matched in the guest (messages_stream.Generation), each over the whole text

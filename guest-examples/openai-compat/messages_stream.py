@@ -13,9 +13,9 @@ import codecs
 import json
 import uuid
 
+from checks import BadRequest
 from common import WIND_DOWN_MS, api_error
 from llmhost_guest import LlmError, Usage, llm
-from validate import BadRequest
 
 # Anthropic's error type of each HTTP status (anything else: api_error from 500 on, else invalid_request_error).
 ERROR_TYPES = {

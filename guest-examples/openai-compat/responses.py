@@ -8,9 +8,10 @@ import json
 import time
 import uuid
 
+from checks import BadRequest, boolean, model, number, obj, refused, string
 from llmhost_guest import LlmError, llm
-from validate import BadRequest, boolean, model, number, obj, parse, refused, response_format, string
 from validate import message as chat_message
+from validate import parse, response_format
 from validate import tool as chat_tool
 from validate import tool_choice as chat_tool_choice
 
