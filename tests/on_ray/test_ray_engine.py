@@ -216,7 +216,7 @@ def test_a_host_with_another_config_for_the_model_is_refused_naming_the_keys(
     with pytest.raises(ConfigError) as caught:
         create_registry(fleet.model_copy(update={"models": {"fd": other}}))
     message = str(caught.value)
-    assert "differing: replicas, slots" in message and "serve delete llmhost-model-fd" in message
+    assert "differing: replicas, slots" in message and 'serve.delete("llmhost-model-fd")' in message
     # The same config attaches to the running deployment (a second host of the fleet), deploying nothing.
     started = time.monotonic()
     second = create_registry(fleet)
@@ -224,6 +224,40 @@ def test_a_host_with_another_config_for_the_model_is_refused_naming_the_keys(
     assert collect(second.engine("fd").stream("fd", "fleet", GREEDY)) == collect(
         ray_engine(hosts[0]).stream("fd", "fleet", GREEDY)
     )
+
+
+def test_a_host_process_shares_the_fleet_and_leaves_the_deployment_when_it_exits(
+    hosts: tuple[Host, Host], fleet: HostConfig, tmp_path: Path
+) -> None:
+    """`llmhost infer` in a process of its own attaches to the running deployment, answers as this process's host
+    does, and exits; the deployment stays for the rest of the fleet."""
+    lines = [f"{key} = {json.dumps(value)}" for key, value in FLEET.items()]
+    config = tmp_path / "llmhost.toml"
+    config.write_text(
+        '[engine]\nkind = "fake-decoder"\ncontext-length = 1024\n'
+        f'[cluster]\nray-address = "{fleet.cluster.ray_address}"\n[models.fd]\n' + "\n".join(lines) + "\n"
+    )
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "llmhost"),
+            "infer",
+            "--max-tokens",
+            "12",
+            "--temperature",
+            "0",
+            "fd",
+            "fleet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "LLMHOST_CONFIG": str(config)},
+    )
+    assert done.returncode == 0, done.stderr
+    ours = collect(ray_engine(hosts[0]).stream("fd", "fleet", InferencingParams(max_tokens=12, temperature=0.0)))
+    assert done.stdout.rstrip("\n") == ours.text
+    assert running_replicas("fd") == 2  # still deployed, still serving this host
+    assert collect(ray_engine(hosts[0]).stream("fd", "fleet", GREEDY)).usage.generated_token_count > 0
 
 
 # -- faults and scaling ----------------------------------------------------------------------------------------------
