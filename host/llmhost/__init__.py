@@ -37,8 +37,8 @@ if TYPE_CHECKING:
         ToolChoice,
         Usage,
     )
+    from llmhost.toolchains import build_component
     from llmhost.toolchains.errors import BuildError
-    from llmhost.toolchains.python import build_component
 
 _EXPORTS = {
     "aio": ["AsyncApp", "AsyncChatStream", "AsyncGeneration", "AsyncHost", "AsyncSequence"],

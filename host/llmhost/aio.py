@@ -21,8 +21,7 @@ import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from llmhost.api import App, Host
 from llmhost.chat.openai_shape import MessageLike, ToolChoiceLike, ToolLike
@@ -70,7 +69,20 @@ class _Waker:
         self.event.clear()
 
 
-class AsyncGeneration:
+class _AsyncClosing:
+    """`async with` closes it: `__aexit__` awaits `aclose()` (each wrapper's own)."""
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class AsyncGeneration(_AsyncClosing):
     """A generation read with `async for` (`StreamChunk`s, then one `StreamDone`); `aclose()` or `async with`
     cancels it. Cancelling the task that awaits it cancels it too."""
 
@@ -127,14 +139,8 @@ class AsyncGeneration:
             self._done = True
             await self._host.in_closer(self._generation.close)
 
-    async def __aenter__(self) -> AsyncGeneration:
-        return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-
-class AsyncChatStream:
+class AsyncChatStream(_AsyncClosing):
     """A chat read with `async for`: `StreamChunk`s (text), `ToolCallDelta`s, then one `StreamDone`."""
 
     def __init__(self, chat: ChatStream, events: AsyncGeneration) -> None:
@@ -160,14 +166,8 @@ class AsyncChatStream:
     async def aclose(self) -> None:
         await self._events.aclose()
 
-    async def __aenter__(self) -> AsyncChatStream:
-        return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-
-class AsyncSequence:
+class AsyncSequence(_AsyncClosing):
     """A `TokenSequence` for asyncio: each call runs on the pool; `generate_stream` streams as `infer_stream`."""
 
     def __init__(self, sequence: TokenSequence, host: AsyncHost) -> None:
@@ -204,12 +204,6 @@ class AsyncSequence:
     async def aclose(self) -> None:
         await self._host.in_closer(self.sequence.close)
 
-    async def __aenter__(self) -> AsyncSequence:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
 
 class AsyncApp:
     """A loaded command component; `await app.run(args)` runs it on the pool (a guest holds a thread while it
@@ -234,7 +228,7 @@ class AsyncApp:
             raise
 
 
-class AsyncHost:
+class AsyncHost(_AsyncClosing):
     """A `Host` for asyncio apps (see the module's docstring). `host`: a `Host` (stays the caller's to close), or
     the config of one this creates and closes. `max_threads`: the pool's size."""
 
@@ -354,14 +348,6 @@ class AsyncHost:
             await loop.run_in_executor(self._closer, self.host.close)
         self._pool.shutdown(wait=False)
         self._closer.shutdown(wait=False)
-
-    async def __aenter__(self) -> AsyncHost:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
 
 async def collect(stream: AsyncIterator[StreamEvent] | AsyncGeneration) -> InferenceResult:

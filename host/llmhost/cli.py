@@ -351,7 +351,14 @@ def new(name: str, template: str, lang: str) -> None:
     "on_ray",
     is_flag=True,
     help="Deploy the app config on `[cluster] ray-address` as the Ray Serve app llmhost-app (`[serve] replicas`), "
-    "print its URL and exit; `serve delete llmhost-app` removes it.",
+    "print its URL and exit; `serve shutdown` (Ray's CLI) or `serve.delete('llmhost-app')` removes it.",
+)
+@click.option(
+    "--preload",
+    metavar="MODEL",
+    multiple=True,
+    help="Load MODEL before listening (repeatable); /readyz is ready once it is loaded. Other models load at their "
+    "first use. Each unloads when idle past its `keep-alive-s` (-1: never).",
 )
 @click.pass_obj
 @reports_errors
@@ -364,6 +371,7 @@ def serve(
     pull: bool,
     watch: bool,
     on_ray: bool,
+    preload: tuple[str, ...],
 ) -> None:
     """Serve APP.wasm (an `http-app` component) on every path, or the app a config describes. APP may be a guest
     directory: it is built first when its sources changed.
@@ -372,8 +380,10 @@ def serve(
     (bounded by `shutdown-grace-s`) and exit 0.
     """
     if on_ray:
-        if app is not None or listen is not None or watch:
-            raise click.UsageError("--ray deploys an app config (-c APP.toml) as it is: no APP, --listen or --watch")
+        if app is not None or listen is not None or watch or preload:
+            raise click.UsageError(
+                "--ray deploys an app config (-c APP.toml) as it is: no APP, --listen, --watch or --preload"
+            )
         path = config_path or settings.config_path
         if path is None:
             raise click.UsageError("--ray: give the app config with -c/--config")
@@ -383,11 +393,15 @@ def serve(
         click.echo(deploy(path))
         return
     from llmhost.serve import run
+    from llmhost.serve.server import preload_problem
 
     serve_settings = _server_settings(
         settings, app, config_path, listen, pull, "give APP.wasm, or an app config with -c/--config"
     )
-    sys.exit(run(serve_settings, log_level, watch))
+    problem = preload_problem(serve_settings, preload)
+    if problem is not None:
+        raise click.BadParameter(problem, param_hint="--preload")
+    sys.exit(run(serve_settings, log_level, watch, preload))
 
 
 @cli.command()
@@ -497,15 +511,21 @@ def pull(settings: Settings, ref: str, revision: str, name: str | None, add_to: 
 
 
 @cli.command()
+@click.option(
+    "--memory",
+    is_flag=True,
+    help="Also show each local model's keep-alive-s and MEMORY, the footprint the `[engine] memory-budget-mb` counts "
+    "(file plus KV cache, an estimate); a running server's loaded models are its metrics' llmhost_model_loaded.",
+)
 @click.pass_obj
 @reports_errors
-def models(settings: Settings) -> None:
+def models(settings: Settings, memory: bool) -> None:
     """List the configured models: name, kind (base, instruct or embedding), context length, file size,
     quantization, whether the file carries a chat template, aliases (comma-separated; `-`: none), source. Reads
     no more than each GGUF's header."""
     from llmhost.engine.listing import model_rows
 
-    for line in model_rows(settings.config()):
+    for line in model_rows(settings.config(), memory=memory):
         click.echo(line)
 
 

@@ -47,6 +47,11 @@ class _Section(BaseModel):
     )
 
 
+# `models.NAME.keep-alive-s`: its default, and the value that keeps a model loaded for good.
+DEFAULT_KEEP_ALIVE_S = 300.0
+KEEP_ALIVE_FOREVER = -1.0
+
+
 class ModelConfig(_Section):
     """One model. `path: None` means a built-in model's file (Gemma 3 270M, SmolLM2 or all-MiniLM-L6-v2)."""
 
@@ -74,6 +79,10 @@ class ModelConfig(_Section):
     # Host memory the model may hold for swapped-out sequences (idle ones beyond `slots`). Over it, opening or
     # forking a sequence fails with `invalid-input` naming this key; nothing is evicted silently.
     max_swapped_mb: int = Field(MAX_SWAPPED_MB, ge=1)
+    # How long the model stays loaded once idle (no generation in flight, no open sequence), in seconds: -1 keeps it
+    # loaded until the host closes (and never unloads it for room under `[engine] memory-budget-mb`), 0 unloads it as
+    # soon as it is idle. It loads again at its next use (engine/local/model_pool.py).
+    keep_alive_s: float = DEFAULT_KEEP_ALIVE_S
     # The chat template (Jinja, Hugging Face conventions) used instead of the model file's
     # `tokenizer.chat_template`: inline text, or a file (relative to the config file). Inline wins.
     chat_template: str | None = None
@@ -147,6 +156,13 @@ class ModelConfig(_Section):
                 raise ValueError(f"`base-urls`: {url!r} is not an http(s) URL")
         return self._check_ray()._check_hub()._check_kind()
 
+    @field_validator("keep_alive_s")
+    @classmethod
+    def _check_keep_alive(cls, value: float) -> float:
+        if value != KEEP_ALIVE_FOREVER and value < 0:
+            raise ValueError("`keep-alive-s` is seconds (0: unload as soon as idle), or -1 to keep the model loaded")
+        return value
+
     def _check_ray(self) -> ModelConfig:
         ray_keys = sorted(_kebab(k) for k in self.model_fields_set & RAY_MODEL_KEYS)
         if self.backend != "ray":
@@ -202,6 +218,15 @@ class ClusterConfig(_Section):
     connect_timeout_s: float = Field(15.0, gt=0)  # a bad or unreachable address fails within this
 
 
+class TelemetryConfig(_Section):
+    """`[telemetry]`: OpenTelemetry traces of `serve` and `mcp` (llmhost/telemetry/). Off unless an OTLP endpoint is
+    set here or in `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`."""
+
+    # The collector's OTLP/HTTP base URL (as OTEL_EXPORTER_OTLP_ENDPOINT): spans go to its /v1/traces.
+    otlp_endpoint: str | None = Field(None, pattern=r"^https?://[^\s]+$")
+    capture_content: bool = False  # prompts and completions in the spans (off: they may be private)
+
+
 def check_cluster(models: Mapping[str, ModelConfig], cluster: ClusterConfig) -> None:
     """A Ray model needs `[cluster] ray-address`, and Ray itself (the `ray` extra): refused at load."""
     ray_models = [name for name, model in models.items() if model.backend == "ray"]
@@ -220,6 +245,10 @@ def check_cluster(models: Mapping[str, ModelConfig], cluster: ClusterConfig) -> 
 
 class LlamaCppEngineConfig(_Section):
     kind: Literal["llama-cpp"] = "llama-cpp"
+    # The memory the loaded local models may use together, in MB (each: its GGUF file plus its KV cache,
+    # engine/local/footprint.py). A model that does not fit unloads the least recently used idle ones first; when
+    # none is idle its request waits, up to its deadline. None: no limit.
+    memory_budget_mb: int | None = Field(None, ge=1)
 
 
 class FakeEngineConfig(_Section):
@@ -421,6 +450,7 @@ class HostConfig(_Section):
     # (grants/transfers.py). None: an eighth of this machine's memory, between 256 MB and 2 GB.
     transfer_memory_mb: int | None = Field(default=None, ge=16)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
 
     @field_validator("models")
     @classmethod

@@ -88,7 +88,7 @@ allowed-models = ["{MODEL}"]
     env = {k: v for k, v in os.environ.items() if k not in ("LLMHOST_CONFIG", "LLMHOST_LISTEN")}
     env["LLMHOST_CACHE_DIR"] = str(llmhost_cache_dir)
     process = subprocess.Popen(
-        [LLMHOST, "serve", "-c", str(config), "--listen", "127.0.0.1:0"],
+        [LLMHOST, "serve", "-c", str(config), "--listen", "127.0.0.1:0", "--preload", MODEL],  # ready: loaded
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,

@@ -9,7 +9,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "host" / "llmhost"
 # Bottom up. `toolchains` and `guest_sdk` stand apart: only the entry points above `api` use the toolchains.
 LAYERS = [
-    *("domain", "config", "engine", "chat", "run", "grants", "runtime", "interfaces"),
+    *("domain", "config", "telemetry", "engine", "chat", "run", "grants", "runtime", "interfaces"),
     *("api", "aio", "serve", "asgi", "serve_ray", "ray", "mcp", "cli"),
 ]
 APART = {"toolchains": {"domain", "config"}, "guest_sdk": set()}

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -12,17 +10,12 @@ import pytest
 
 from llmhost import InvalidInput
 from llmhost.engine.fake import FakeEngine
-
-VALIDATE = Path(__file__).parents[2] / "guest-examples" / "openai-compat" / "validate.py"
+from openai_compat_validate import load_validate
 
 
 @pytest.fixture(scope="module")
 def validate() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("openai_compat_validate", VALIDATE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_validate()
 
 
 @pytest.mark.parametrize(

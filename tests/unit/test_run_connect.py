@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import threading
 from collections.abc import Iterator
@@ -18,8 +17,7 @@ from llmhost.domain.errors import InvalidInput
 from llmhost.domain.types import Constraint, InferencingParams
 from llmhost.engine.remote.client import RemoteModel
 from llmhost.engine.remote.connect import api_base, lent_models
-
-VALIDATE = Path(__file__).parents[2] / "guest-examples" / "openai-compat" / "validate.py"
+from openai_compat_validate import load_validate
 
 
 class Listing:
@@ -161,10 +159,7 @@ def test_without_the_endpoint_prompts_are_counted_here(listing: Listing, llmhost
 
 
 def test_openai_compat_takes_the_repeat_penalty_extension() -> None:
-    spec = importlib.util.spec_from_file_location("openai_compat_validate_connect", VALIDATE)
-    assert spec is not None and spec.loader is not None
-    validate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(validate)
+    validate = load_validate("openai_compat_validate_connect")
     plain = validate.completion_request({"prompt": "x"}).params
     assert (plain["repeat_penalty"], plain["repeat_penalty_last_n_token_count"]) == (1.0, 0)
     given = validate.completion_request({"prompt": "x", "repeat_penalty": 1.1, "repeat_last_n": 64}).params
@@ -179,11 +174,7 @@ def test_openai_compat_takes_the_repeat_penalty_extension() -> None:
 
 
 def _validate() -> Any:
-    spec = importlib.util.spec_from_file_location("openai_compat_validate_constraints", VALIDATE)
-    assert spec is not None and spec.loader is not None
-    validate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(validate)
-    return validate
+    return load_validate("openai_compat_validate_constraints")
 
 
 @pytest.mark.parametrize(

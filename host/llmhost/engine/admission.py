@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmhost import telemetry
 from llmhost.domain.errors import EngineError, LlmError
 from llmhost.domain.limits import ADMISSION_TIMEOUT_S
 
@@ -147,7 +148,8 @@ class AdmissionQueue:
             if self.try_enter(take, needs):
                 self._on_wait(0.0)
             else:
-                self.wait(Ticket(kind, take, needs=needs), check)
+                with telemetry.span("llm.queue", {"llmhost.work": kind}):  # traced: the wait is a span
+                    self.wait(Ticket(kind, take, needs=needs), check)
 
     def wait(self, ticket: Ticket, check: Callable[[], None] | None = None) -> None:
         """Submit `ticket` and block until it is admitted. Raises the timeout error, or whatever `check()` raises

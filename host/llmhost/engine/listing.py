@@ -1,8 +1,9 @@
-"""`llmhost models`' table: one row per configured model, from the config and each GGUF's header (engine.kinds)."""
+"""`llmhost models`' table: one row per configured model, from the config and each GGUF's header (engine.kinds);
+with `--memory`, each local model's keep-alive and estimated footprint too."""
 
 from __future__ import annotations
 
-from llmhost.config import HostConfig, ModelConfig
+from llmhost.config import KEEP_ALIVE_FOREVER, HostConfig, ModelConfig
 from llmhost.domain.kinds import ModelKind
 from llmhost.engine.kinds import FileFacts, file_facts
 
@@ -27,12 +28,39 @@ def _context(model: ModelConfig, facts: FileFacts) -> str:
     return str(model.context_length)
 
 
-def model_rows(config: HostConfig) -> list[str]:
-    """The table's lines, header first; SOURCE last (a path may hold spaces)."""
+MEMORY_HEADER = ("KEEP-ALIVE", "MEMORY")
+
+
+def _keep_alive(model: ModelConfig) -> str:
+    if model.backend != "llama-cpp":
+        return "-"
+    return "forever" if model.keep_alive_s == KEEP_ALIVE_FOREVER else f"{model.keep_alive_s:g}s"
+
+
+def _memory(name: str, model: ModelConfig, config: HostConfig) -> str:
+    """The footprint the memory budget counts (engine/local/footprint.py), once the model's file is here."""
+    from llmhost.engine.hub import model_file
+    from llmhost.engine.local.footprint import footprint_bytes
+    from llmhost.engine.local.models import builtin_installed, resolve_model_path
+
+    if model.backend != "llama-cpp":
+        return "-"
+    path = model_file(model) if model.hf_repo is not None else model.path
+    if path is None and builtin_installed(name, config.cache_dir):
+        path = resolve_model_path(name, model, config.cache_dir)  # made from its cached wheel, as first use would
+    if path is None or not path.is_file():
+        return "-"
+    return _size(footprint_bytes(path, model))
+
+
+def model_rows(config: HostConfig, memory: bool = False) -> list[str]:
+    """The table's lines, header first; SOURCE last (a path may hold spaces). `memory`: with each local model's
+    KEEP-ALIVE and MEMORY (its estimated footprint: file plus KV cache) before SOURCE."""
     from llmhost.engine.hub import model_file  # an `hf-repo` model's cached file, if any
     from llmhost.engine.local.models import builtin_installed
 
-    rows = [HEADER]
+    header = HEADER[:-1] + MEMORY_HEADER + HEADER[-1:] if memory else HEADER
+    rows = [header]
     for name, model in config.models.items():
         facts = file_facts(name, model, model_file(model))
         size = facts.size
@@ -51,10 +79,11 @@ def model_rows(config: HostConfig) -> list[str]:
                 facts.quantization or "-",
                 _template(facts),
                 ",".join(model.aliases) or "-",
+                *((_keep_alive(model), _memory(name, model, config)) if memory else ()),
                 source,
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER) - 1)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
     return [
         "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]]) for row in rows
     ]

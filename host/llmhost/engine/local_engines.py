@@ -32,5 +32,9 @@ def local_engine(
     from llmhost.engine.local.engine import LlamaCppEngine
 
     return LlamaCppEngine(
-        {name: config.models[name] for name in models}, cache_dir=config.cache_dir, note=note, observers=observers
+        {name: config.models[name] for name in models},
+        cache_dir=config.cache_dir,
+        note=note,
+        observers=observers,
+        memory_budget_mb=config.engine.memory_budget_mb,
     )

@@ -42,6 +42,14 @@ class ModelObserver:
     def attach(self, read: Callable[[], ModelGauges]) -> None:
         """The loaded model says how to read its gauges."""
 
+    # --- residency (engine/local/model_pool.py) ------------------------------------------------------------
+    def loaded(self, memory_bytes: int) -> None:
+        """The model was loaded; it holds about `memory_bytes` (its footprint: engine/local/footprint.py)."""
+
+    def unloaded(self) -> None:
+        """The model was unloaded (idle past its keep-alive, for room under the memory budget, or at close): its
+        gauges are gone until it loads again."""
+
 
 # Model name -> its observer (called once per model, when it is loaded).
 Observers = Callable[[str], ModelObserver]

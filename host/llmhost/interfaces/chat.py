@@ -11,6 +11,7 @@ from typing import Any
 
 from wasmtime.component import FuncType, LinkerInstance, ResourceType
 
+from llmhost import telemetry
 from llmhost.interfaces.streams import scope_streams, stream_dropped
 from llmhost.run.service import LlmService, ScopeLimits
 from llmhost.runtime import abi
@@ -40,8 +41,10 @@ def define_chat(
     def chat_stream(store: Any, model: str, messages: Any, params: Any) -> int:
         streams = scope_streams(store, limits)
         streams.check_room()
+        wit_params = params
         messages, params = abi.chat_messages_from_wit(messages), abi.chat_params_from_wit(params)
-        generation = service.chat_stream(model, messages, params, scope_of(store))
+        opened = lambda: service.chat_stream(model, messages, params, scope_of(store))  # noqa: E731
+        generation = telemetry.stream("chat-stream", model, wit_params, opened)
         return streams.open(generation)  # type: ignore[arg-type]  # a chat generation iterates chat events
 
     def apply_template(store: Any, model: str, messages: Any, tools: Any, add_generation_prompt: bool) -> str:
@@ -62,4 +65,4 @@ def define_chat(
         instance.add_resource(
             "chat-completion-stream", ResourceType.host(CHAT_STREAM_TYPE_ID), stream_dropped(limits, "chat stream")
         )
-    define_functions(instance, imported, bindings)
+    define_functions(instance, imported, bindings, traced="llm")

@@ -130,7 +130,7 @@ def define_keyvalue(
             "[method]bucket.exists": (on_bucket(Store.exists), identity),
             "[method]bucket.list-keys": (on_bucket(Store.list_keys), lambda page: abi.key_response_to_wit(*page)),
         }
-        define_functions(instance, imported, fallible, scrub=grants.scrub)
+        define_functions(instance, imported, fallible, scrub=grants.scrub, traced="keyvalue")
     elif name == KEYVALUE_ATOMICS:
         instance.add_resource("cas", ResourceType.host(CAS_TYPE_ID), _dropped(cases))
         fallible = {
@@ -139,14 +139,14 @@ def define_keyvalue(
             "increment": (on_bucket(Store.increment), identity),
         }
         plain = {"swap": _swap(imported["swap"], time_left, grants.scrub)} if "swap" in imported else {}
-        define_functions(instance, imported, fallible, plain, scrub=grants.scrub)
+        define_functions(instance, imported, fallible, plain, scrub=grants.scrub, traced="keyvalue")
     elif name == KEYVALUE_BATCH:
         fallible = {
             "get-many": (get_many, abi.optional_key_values_to_wit),
             "set-many": (on_bucket(lambda s, pairs, **t: s.set_many(abi.key_values_from_wit(pairs), **t)), nothing),
             "delete-many": (on_bucket(lambda s, keys, **t: s.delete_many([str(k) for k in keys], **t)), nothing),
         }
-        define_functions(instance, imported, fallible, scrub=grants.scrub)
+        define_functions(instance, imported, fallible, scrub=grants.scrub, traced="keyvalue")
 
 
 def _get_many(store: Store, keys: list[str], *, time_left: float | None) -> list[tuple[str, bytes] | None]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from wasmtime.component import FuncType, LinkerInstance, ResourceType
 
+from llmhost import telemetry
 from llmhost.domain.types import ModelInfo
 from llmhost.interfaces.streams import STREAM_TYPE_ID, scope_streams, stream_dropped
 from llmhost.interfaces.versions import current, interface_names
@@ -34,7 +35,8 @@ def define_llm(
     def open_stream(store: Any, model: str, prompt: str, params: Any) -> int:
         streams = scope_streams(store, limits)
         streams.check_room()
-        return streams.open(service.infer_stream(model, prompt, abi.params_from_wit(params), scope_of(store)))
+        opened = lambda: service.infer_stream(model, prompt, abi.params_from_wit(params), scope_of(store))  # noqa: E731
+        return streams.open(telemetry.stream("infer-stream", model, params, opened))
 
     bindings: dict[str, tuple[Callable[..., Any], Callable[[Any], Any]]] = {
         "infer": (
@@ -67,7 +69,7 @@ def define_llm(
     }
     if "infer-stream" in imported or "[method]inference-stream.next" in imported:
         instance.add_resource("inference-stream", ResourceType.host(STREAM_TYPE_ID), stream_dropped(limits, "stream"))
-    define_functions(instance, imported, bindings, infallible)
+    define_functions(instance, imported, bindings, infallible, traced="llm")
 
 
 def _listed(service: LlmService) -> list[ModelInfo]:

@@ -121,6 +121,7 @@ def define_outbound_http(
             "[method]incoming-body.read": (read, identity),
         },
         scrub=grants.scrub,
+        traced="outbound-http",
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from wasmtime.component import FuncType, LinkerInstance, ResourceType
 
+from llmhost import telemetry
 from llmhost.domain.errors import InvalidInput
 from llmhost.domain.limits import MAX_OPEN_SEQUENCES_KEY, MAX_SEQUENCE_MB_KEY
 from llmhost.engine.base import TokenSequence
@@ -97,7 +98,8 @@ def define_sequences(
         sequence = scope_sequences(store, limits).get(abi.resource_rep(store, this))
         streams = scope_streams(store, limits)
         streams.check_room()
-        return streams.open(sequence.generate_stream(abi.params_from_wit(params)))
+        opened = lambda: sequence.generate_stream(abi.params_from_wit(params))  # noqa: E731
+        return streams.open(telemetry.stream("sequence.generate-stream", "", params, opened))
 
     # Functions returning result<T, error>: failures become `err` values.
     fallible: dict[str, tuple[Callable[..., Any], Callable[[Any], Any]]] = {
@@ -143,7 +145,7 @@ def define_sequences(
     if not any(name in imported for name in (*fallible, *getters)):
         return
     instance.add_resource("sequence", ResourceType.host(SEQUENCE_TYPE_ID), _dropped(limits))
-    define_functions(instance, imported, fallible, {name: method(get) for name, get in getters.items()})
+    define_functions(instance, imported, fallible, {name: method(get) for name, get in getters.items()}, traced="llm")
 
 
 def _dropped(limits: ScopeLimits) -> Callable[[Any, int], None]:

@@ -25,6 +25,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from llmhost import telemetry
 from llmhost.api import Host
 from llmhost.domain.limits import SHUTDOWN_CANCEL_MARGIN_S
 from llmhost.mcp.schema import answer_type, object_schema, output_schema
@@ -181,13 +182,17 @@ class ToolServer:
             with self._guests_lock:
                 self._guests += 1
             try:
-                return component.call(
+                return telemetry.call(
+                    f"tools/call {name}",
+                    {"mcp.method.name": "tools/call", "gen_ai.tool.name": name, "llmhost.request_id": request_id},
+                    component.call,
                     spec.function,
                     arguments,
                     scope,
                     request_id,
                     self.settings.max_log_bytes,
                     lambda: self.observer.failure(component.name, LOG_DROPPED),
+                    server=True,
                 )
             finally:
                 with self._guests_lock:

@@ -15,6 +15,7 @@ from typing import Any
 
 from wasmtime import Store, WasmtimeError
 
+from llmhost import telemetry
 from llmhost.api import Host, LinkedComponent, _cause
 from llmhost.domain.limits import ALLOWED_MODELS_KEY, MAX_REASON_CHARS
 from llmhost.interfaces.http import HANDLER_INTERFACES
@@ -195,7 +196,7 @@ class ToolComponent:
             func = instance.get_func(store, export_index(self.linked.component, function))
             assert func is not None  # described from this component's type
             try:
-                value = func(store, *values)
+                value = telemetry.call(f"component {self.name}", {"llmhost.component": self.name}, func, store, *values)
                 func.post_return(store)
             except WasmtimeError as error:
                 failure = guest_failure(self.settings, str(error), output.stderr_text())

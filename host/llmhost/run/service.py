@@ -98,7 +98,8 @@ class LlmService:
 
     def open_sequence(self, model: str, scope: RunScope | None = None) -> TokenSequence:
         model = self._check(model, scope)
-        sequence = self._engine(model).open_sequence(model)
+        with _waiting(scope):  # a model that must first make room under the memory budget waits as long as the run
+            sequence = self._engine(model).open_sequence(model)
         return sequence if scope is None else ScopedSequence(sequence, scope)
 
     def tokenize(self, model: str, text: str, scope: RunScope | None = None) -> list[int]:

@@ -3,7 +3,7 @@
 WIT records are `wasmtime.component.Record` objects whose attributes are the WIT field names as written
 (kebab-case: `getattr(rec, "max-tokens")`), enums are plain strings, options are `None` or the value, and
 `result`/`variant` values are either the bare payload or `Variant(tag, payload)` depending on whether
-wasmtime-py "tags" the type (see `ResultEncoder`). Everything else in the host works with `llmhost.types`.
+wasmtime-py "tags" the type (see `ResultEncoder`). Everything else in the host works with `llmhost.domain.types`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from wasmtime.component import (
     VariantType,
 )
 
+from llmhost import telemetry
 from llmhost.domain.errors import InvalidInput, LlmError
 from llmhost.domain.limits import U32_MAX
 from llmhost.domain.types import (
@@ -380,14 +381,17 @@ def define_functions(
     fallible: Mapping[str, Binding],
     plain: Mapping[str, Callable[..., Any]] | None = None,
     scrub: Callable[[str], str] | None = None,
+    traced: str | None = None,
 ) -> None:
     """Register, typed by the component's own imports, each imported function found in `fallible` (wrapped by
     `guarded`: its `LlmError`s become the WIT `err` value) or in `plain` (functions with no error case, which
     must not raise). A function the component imports but the host does not know is left undefined:
-    instantiation then fails with wasmtime's message naming it."""
+    instantiation then fails with wasmtime's message naming it. `traced`: the interface's name in the spans of
+    its fallible calls (when tracing is on)."""
     for name, func_type in imported.items():
         if name in fallible:
             function, to_wit = fallible[name]
+            function = telemetry.host_call(traced, name, function) if traced is not None else function
             encoder = ResultEncoder.from_wit(func_type.result)
             add_func(instance, name, guarded(function, to_wit, encoder, with_store=True, scrub=scrub), func_type)
         elif plain is not None and name in plain:

@@ -10,13 +10,15 @@ or the server's shutdown.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from llmhost.serve.config import AppConfig, ServeSettings, load_app_config, settings_for
 
 __all__ = ["AppConfig", "ServeSettings", "load_app_config", "run", "settings_for"]
 
 
-def run(settings: ServeSettings, log_level: str = "info", watch: bool = False) -> int:
-    """Serve until SIGINT/SIGTERM (imports uvicorn and wasmtime only when called)."""
+def run(settings: ServeSettings, log_level: str = "info", watch: bool = False, preload: Sequence[str] = ()) -> int:
+    """Serve until SIGINT/SIGTERM (imports uvicorn and wasmtime only when called); `preload`: models loaded first."""
     from llmhost.serve.server import run as run_server
 
-    return run_server(settings, log_level, watch)
+    return run_server(settings, log_level, watch, preload)

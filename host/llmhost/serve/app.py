@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from typing import Any
 
+from llmhost import telemetry
 from llmhost.api import HostError
 from llmhost.domain.limits import DEADLINE_GRACE_S, DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_LOG_BYTES, MAX_REASON_CHARS
 from llmhost.interfaces.http import WriteClosed, WriteInvalid
@@ -142,7 +143,14 @@ class ServeApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # lifespan is off; websockets are not offered
             return
-        await Exchange(self, scope, receive, send).run()
+        exchange = Exchange(self, scope, receive, send)
+        with telemetry.server_span(exchange.method, exchange.path, exchange.headers) as span:
+            await exchange.run()
+            span.set("http.response.status_code", exchange.final_status)
+            span.set("llmhost.component", exchange.component)
+            span.set("llmhost.request_id", exchange.request_id)
+            if exchange.final_status >= 500:
+                span.fail(f"HTTP {exchange.final_status}")
 
     def _run_guest(
         self,
@@ -269,7 +277,7 @@ class Exchange:
         request = HttpRequest(self.method, self.path_with_query, self.headers, body)
         writer = ThreadWriter(self, deadline)
         work = self._loop.run_in_executor(
-            self._app._executor, self._app._run_guest, component, request, writer, scope, deadline
+            self._app._executor, telemetry.carry(self._app._run_guest), component, request, writer, scope, deadline
         )
         # The guest may run on past the response (abandoned at its deadline): the component is left when it ends.
         work.add_done_callback(lambda _: component.leave())

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from wasmtime import Store, WasmtimeError
 from wasmtime.component import ComponentInstanceType, FuncType
 
+from llmhost import telemetry
 from llmhost.api import Host, LoadError, _cause, check_imports
 from llmhost.domain.errors import LlmError
 from llmhost.domain.limits import ALLOWED_MODELS_KEY, DEFAULT_MAX_LOG_BYTES, MAX_REASON_CHARS
@@ -106,6 +107,7 @@ class HttpComponent:
         handle = self._component.get_export_index(HANDLE_EXPORT, handler)
         assert handle is not None  # checked above
         self._handle = handle
+        self._span = {"llmhost.component": self.name}  # the component span's attributes (tracing on)
         # Requests using this component now; a component replaced by `--watch` is closed once they have ended.
         self.users = Users(self.close)
 
@@ -181,7 +183,10 @@ class HttpComponent:
             )
             self._reserve_body(store, len(request.body), deadline_s)
             try:
-                value = handle(store, request_value, abi.borrow_resource(rep, WRITER_TYPE_ID))
+                writer_handle = abi.borrow_resource(rep, WRITER_TYPE_ID)
+                value = telemetry.call(
+                    f"component {self.name}", self._span, handle, store, request_value, writer_handle
+                )
                 handle.post_return(store)
             except WasmtimeError as error:
                 raise guest_failure(self.settings, str(error), output.stderr_text()) from None

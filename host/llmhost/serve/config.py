@@ -29,6 +29,7 @@ from llmhost.config import (
     LlamaCppEngineConfig,
     ModelConfig,
     SandboxConfig,
+    TelemetryConfig,
     _default_compile_strategy,
     _kebab,
     _Section,
@@ -129,6 +130,7 @@ class AppConfig(_Section):
     compile_strategy: CompileStrategy = Field(default_factory=_default_compile_strategy)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)  # for backend = "ray" models and `serve --ray`
     serve: RayServeConfig = Field(default_factory=lambda: RayServeConfig())
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)  # OpenTelemetry traces
 
     @field_validator("listen")
     @classmethod
@@ -174,6 +176,7 @@ class AppConfig(_Section):
             sandbox=self.sandbox if self.sandbox is not None else SandboxConfig(),
             compile_strategy=self.compile_strategy,
             cluster=self.cluster,
+            telemetry=self.telemetry,
         )
 
 

@@ -69,6 +69,7 @@ class ServeMetrics(RequestObserver):
             "llmhost_admission_wait_seconds", "Time work waited in its model's admission queue for a slot.",
             ["model"], buckets=ADMISSION_WAIT_BUCKETS, registry=registry,
         )  # fmt: skip
+        self.residency = _ResidencyFamilies(prom, registry)
         self._lock = threading.Lock()
         # Children bound once: a request looks up one dict entry, a generation none.
         self._request_children: dict[tuple[str, int], Any] = {}
@@ -119,6 +120,7 @@ class _ModelMetrics(ModelObserver):
         self._first = metrics.first_token.labels(model=model)
         self._wait = metrics.admission_wait.labels(model=model)
         self.read: Callable[[], ModelGauges] | None = None  # set when the model is loaded
+        self._residency = metrics.residency.bound(model)
 
     def admission_wait(self, seconds: float) -> None:
         self._wait.observe(seconds)
@@ -135,6 +137,56 @@ class _ModelMetrics(ModelObserver):
 
     def attach(self, read: Callable[[], ModelGauges]) -> None:
         self.read = read
+
+    def loaded(self, memory_bytes: int) -> None:
+        self._residency.loaded(memory_bytes)
+
+    def unloaded(self) -> None:
+        self.read = None  # the closed model's gauges are not read again
+        self._residency.unloaded()
+
+
+class _ResidencyFamilies:
+    """Which models are loaded and what they hold (engine/local/model_pool.py): set when a model loads or unloads,
+    so a scrape reads plain values."""
+
+    def __init__(self, prom: Any, registry: Any) -> None:
+        self.loaded = prom.Gauge(
+            "llmhost_model_loaded", "1 while the model is loaded, else 0 (models load on first use and unload when "
+            "idle past keep-alive-s, or for room under memory-budget-mb).", ["model"], registry=registry,
+        )  # fmt: skip
+        self.memory = prom.Gauge(
+            "llmhost_model_memory_bytes", "Memory the loaded model holds: its GGUF file plus its KV cache "
+            "(an estimate; 0 while unloaded).", ["model"], registry=registry,
+        )  # fmt: skip
+        self.loads = prom.Counter(
+            "llmhost_model_loads", "Times the model was loaded.", ["model"], registry=registry
+        )  # fmt: skip
+        self.unloads = prom.Counter(
+            "llmhost_model_unloads", "Times the model was unloaded (idle past keep-alive-s, or for room under "
+            "memory-budget-mb).", ["model"], registry=registry,
+        )  # fmt: skip
+
+    def bound(self, model: str) -> _ModelResidency:
+        return _ModelResidency(self, model)
+
+
+class _ModelResidency:
+    def __init__(self, families: _ResidencyFamilies, model: str) -> None:
+        self._loaded = families.loaded.labels(model=model)
+        self._memory = families.memory.labels(model=model)
+        self._loads = families.loads.labels(model=model)
+        self._unloads = families.unloads.labels(model=model)
+
+    def loaded(self, memory_bytes: int) -> None:
+        self._loaded.set(1)
+        self._memory.set(memory_bytes)
+        self._loads.inc()
+
+    def unloaded(self) -> None:
+        self._loaded.set(0)
+        self._memory.set(0)
+        self._unloads.inc()
 
 
 # The families read from the engine when scraped: (name, help, kind, the field of `ModelGauges`).

@@ -1,8 +1,9 @@
 """The metrics listener (`metrics-listen`): `GET /metrics` (Prometheus text format), `/healthz` (200 while the
-process serves) and `/readyz` (200 once every component is compiled and the models its routes need are loaded; 503
-before that and during shutdown). An ASGI app on its own port, served through the same front as the apps
-(`front`: header timeout, connection cap, body limit, framing checks) on a thread and event loop of its own, apart
-from the apps' loop: a scrape never waits behind guest traffic, and API keys do not apply to it.
+process serves) and `/readyz` (200 once every component is compiled and the `serve --preload` models are loaded;
+503 before that, naming the models still loading, and during shutdown). An ASGI app on its own port, served through
+the same front as the apps (`front`: header timeout, connection cap, body limit, framing checks) on a thread and
+event loop of its own, apart from the apps' loop: a scrape never waits behind guest traffic, and API keys do not
+apply to it.
 """
 
 from __future__ import annotations
@@ -12,10 +13,15 @@ from llmhost.serve.metrics import ServeMetrics
 
 
 class Readiness:
-    """Whether the server takes traffic: set once it listens, cleared when it begins to shut down."""
+    """Whether the server takes traffic: set once it listens (after its `--preload` models loaded), cleared when it
+    begins to shut down. `loading`: the preloaded models still loading (/readyz names them)."""
 
     def __init__(self) -> None:
         self.ready = False
+        self.loading: list[str] = []
+
+    def not_ready(self) -> str:
+        return f"not ready: loading {', '.join(self.loading)}\n" if self.loading else "not ready\n"
 
 
 def probes_app(metrics: ServeMetrics, readiness: Readiness) -> AsgiApp:
@@ -33,7 +39,7 @@ def probes_app(metrics: ServeMetrics, readiness: Readiness) -> AsgiApp:
         elif path == "/healthz":
             await _text(send, 200, "ok\n")
         elif path == "/readyz":
-            await _text(send, 200, "ready\n") if readiness.ready else await _text(send, 503, "not ready\n")
+            await _text(send, 200, "ready\n") if readiness.ready else await _text(send, 503, readiness.not_ready())
         else:
             await _text(send, 404, "not found: this listener serves /metrics, /healthz, /readyz\n")
 

@@ -15,14 +15,16 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
+from llmhost import telemetry
 from llmhost.api import Host
-from llmhost.config import FakeEngineConfig
+from llmhost.config import FakeEngineConfig, alias_map
 from llmhost.domain.limits import SHUTDOWN_CANCEL_MARGIN_S
 from llmhost.engine.observer import no_observers
 from llmhost.engine.registry import Registry, create_registry
@@ -52,13 +54,15 @@ def configure_logging(level: str) -> None:
     logging.getLogger("watchfiles").setLevel(logging.WARNING)  # `--watch` logs what it rebuilds itself
 
 
-def run(settings: ServeSettings, log_level: str = "info", watch: bool = False) -> int:
+def run(settings: ServeSettings, log_level: str = "info", watch: bool = False, preload: Sequence[str] = ()) -> int:
     """Serve until SIGINT/SIGTERM; returns the exit status (0 after a graceful shutdown). `watch`: rebuild and swap
-    in a component when its guest directory changes (`serve.watch`)."""
+    in a component when its guest directory changes (`serve.watch`). `preload`: local models (names or aliases,
+    checked with `preload_problem`) loaded before the server listens and says it is ready; the others load at
+    their first use."""
     configure_logging(log_level)
     readiness = Readiness()
     with observed_host(settings, readiness) as (host, engine, metrics):
-        return _serve(settings, host, engine, readiness, metrics, watch)
+        return _serve(settings, host, engine, readiness, metrics, watch, preload)
 
 
 def watcher_for(
@@ -98,7 +102,7 @@ def observed_host(
     note = lambda message: _log.info("%s", message)  # noqa: E731
     engine = create_registry(config, note, observers=metrics.observer if metrics is not None else no_observers)
     try:
-        with Host(config, engine=engine, note=note) as host:
+        with Host(config, engine=engine, note=note) as host, telemetry.tracing(config.telemetry):
             yield host, engine, metrics
     finally:
         engine.close()
@@ -113,9 +117,40 @@ def fit_connections(settings: ServeSettings) -> int:
     return fit_descriptors(settings.max_connections, settings.max_concurrency, metrics)
 
 
+def preload_problem(settings: ServeSettings, names: Sequence[str]) -> str | None:
+    """Why `serve --preload NAME` cannot preload one of `names` (None: each is a configured local model or an
+    alias of one)."""
+    models = settings.host.models
+    aliases = alias_map(models)
+    for name in names:
+        model = models.get(aliases.get(name, name))
+        if model is None:
+            return f"{name!r} is not a configured model (known: {', '.join(models)})"
+        if model.backend != "llama-cpp":
+            return f"{name!r} is not loaded in this process (backend {model.backend!r}): only local models preload"
+        if isinstance(settings.host.engine, FakeEngineConfig):
+            return f'{name!r}: the fake engine (`[engine] kind = "fake"`) loads no models'
+    return None
+
+
+def _preload(settings: ServeSettings, engine: Registry, readiness: Readiness, names: Sequence[str]) -> None:
+    """Load the `--preload` models (in order; /readyz names them while they load). A preloaded model no routed
+    component may use is loaded all the same, with a warning."""
+    wanted = list(dict.fromkeys(engine.canonical(name) for name in names))
+    unused = [name for name in wanted if name not in needed_models(settings)]
+    if unused:
+        _log.warning("--preload %s: no routed component may use it", ", ".join(unused))
+    readiness.loading = wanted
+    for model in wanted:
+        started = time.monotonic()
+        engine.engine(model).model_info(model)  # loads it (then idle: its keep-alive starts)
+        _log.info("preloaded %s in %.1f s", model, time.monotonic() - started)
+        readiness.loading = readiness.loading[1:]
+
+
 def needed_models(settings: ServeSettings) -> list[str]:
     """The local models the routed components may use (every configured one for a component without
-    `allowed-models`), in config order: loaded before a server with a metrics listener says it is ready."""
+    `allowed-models`), in config order."""
     needed: set[str] = set()
     for name in settings.routes.values():
         allowed = settings.components[name].allowed_models
@@ -130,14 +165,13 @@ def _serve(
     readiness: Readiness,
     metrics: ServeMetrics | None = None,
     watch: bool = False,
+    preload: Sequence[str] = (),
 ) -> int:
     # Load (and on first use compile) every component before listening: a request never waits for a compile.
     components = {name: HttpComponent(host, component) for name, component in settings.components.items()}
-    if metrics is not None:
-        # Ready means the first request waits for no model load either (without a metrics listener nobody asks,
-        # and models load on first use).
-        for model in needed_models(settings):
-            engine.engine(model).model_info(model)
+    # Models load at their first use; `--preload` ones now, so that ready means their first request waits for no
+    # load.
+    _preload(settings, engine, readiness, preload)
     max_connections = fit_connections(settings)
     sock = bind(*settings.listen)
     executor = ThreadPoolExecutor(max_workers=settings.max_concurrency, thread_name_prefix="llmhost-request")

@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from llmhost.toolchains.sources import BUILT_SUFFIXES, CACHE_DIRS
+
 _log = logging.getLogger("llmhost.serve")
 
 # Folders that are never sources: installed packages, generated bindings, caches and version control.
-IGNORED_DIRS = frozenset(
-    {"node_modules", ".bindings", "__pycache__", ".git", ".hg", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".venv"}
-)
+IGNORED_DIRS = CACHE_DIRS | {"node_modules", ".bindings", ".hg", ".venv"}
 # Build outputs and compiled files; SQLite's files (a key-value store kept beside the app changes on every write).
-IGNORED_SUFFIXES = (".wasm", ".cwasm", ".pyc", ".pyo", ".tmp", ".db", ".db-journal", ".db-wal", ".db-shm")
+IGNORED_SUFFIXES = (*BUILT_SUFFIXES, ".cwasm", ".tmp", ".db", ".db-journal", ".db-wal", ".db-shm")
 # Editor temp files: Emacs backups (`app.py~`) and locks (`.#app.py`), Vim swap files (`.app.py.swp`, `.swo`, ...,
 # down to `.saa`, and `.swx`) and the `4913` file Vim writes to test a directory, JetBrains' safe-write copies.
 EDITOR_TEMP = re.compile(r"~$|^\.#|^\..*\.s[a-w][a-z]$|^4913$|\.___jb_\w+___$")

@@ -9,7 +9,7 @@ from llmhost.config import ConfigError
 from llmhost.domain.limits import DEFAULT_STORE
 from llmhost.serve.config import AppConfig, ServeSettings
 
-APP_NAME = "llmhost-app"  # the Serve application's name unless given (`serve delete llmhost-app` removes it)
+APP_NAME = "llmhost-app"  # the Serve application's name unless given (Serve's `serve.delete("llmhost-app")` removes it)
 DEPLOYMENT = "llmhost-ingress"
 ROUTE_PREFIX = "/"  # the app config's `[routes]` route below it, as under `llmhost serve`
 REPLICA_HEADER = b"x-llmhost-replica"  # every response names the replica that served it (logs, load tests)

@@ -26,17 +26,16 @@ def build_component(
 ) -> Path:
     """Build the guest in `app_dir` (app.py or app.js) into the component `output`, cached by content. `world`:
     `command` or `http-app`; None reads it from the guest. `upgrade`: resolve a Python guest's dependencies again."""
-    from llmhost.toolchains.python import build_component as build_python
-    from llmhost.toolchains.python import wit_dir
+    from llmhost.toolchains.python import build_python, wit_dir
 
-    app_dir = Path(app_dir)
+    app_dir, output = Path(app_dir), Path(output)
     if is_js(app_dir):
         from llmhost.toolchains import javascript
 
         # A source importing an earlier version (`from "llmhost:llm/llm@0.2.1"`) builds against that version's WIT.
         wit = wit or javascript.source_wit(app_dir, wit_dir())
-        return javascript.build_component(app_dir, Path(output), world, wit, cache_dir, note)
-    return build_python(app_dir, output, world, cache_dir=cache_dir, note=note, wit=wit, upgrade=upgrade)
+        return javascript.build_component(app_dir, output, world, wit, cache_dir, note)
+    return build_python(app_dir, output, world, wit, cache_dir, note, upgrade)
 
 
 def detect_world(app_dir: Path) -> str:

@@ -149,6 +149,27 @@ class _Finder(ast.NodeVisitor):
         self.generic_visit(node)
 
 
+def _find(root: Path, module: str, optional: bool, skip_unparsed: bool = False) -> _Finder | None:
+    """The imports of `module`'s file under `root` (None: no such file). A file that does not parse is a
+    `BuildError` naming its line, or (`skip_unparsed`: an installed dependency's) skipped."""
+    path = _own_file(root, module)
+    if path is None:
+        return None
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    where = path.relative_to(root).as_posix()
+    try:
+        tree = parse(path.read_bytes(), filename=where)  # one parse at a time (world.py says why)
+    except (SyntaxError, ValueError) as error:
+        if skip_unparsed:
+            return None
+        if not isinstance(error, SyntaxError):
+            raise
+        raise BuildError(f"{root / where}:{error.lineno}: {error.msg} (a syntax error)") from None
+    finder = _Finder(package, where, optional)
+    finder.visit(tree)
+    return finder
+
+
 def _catches_import(kind: ast.expr | None) -> bool:
     if kind is None:
         return True  # a bare `except:`
@@ -167,17 +188,9 @@ def scan(app_dir: Path, entry: str = "app") -> list[ImportSite]:
     seen: dict[str, bool] = {entry: False}
     while queue:
         module, optional = queue.pop(0)
-        path = _own_file(app_dir, module)
-        if path is None:
+        finder = _find(app_dir, module, optional)
+        if finder is None:
             continue
-        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        where = path.relative_to(app_dir).as_posix()
-        try:
-            tree = parse(path.read_bytes(), filename=where)  # one parse at a time (world.py says why)
-        except SyntaxError as error:
-            raise BuildError(f"{app_dir / where}:{error.lineno}: {error.msg} (a syntax error)") from None
-        finder = _Finder(package, where, optional)
-        finder.visit(tree)
         for site in finder.sites:
             if site.module in finder.names and _own_file(app_dir, site.module) is not None:
                 site = ImportSite(site.module, site.where, finder.names[site.module])
@@ -220,17 +233,10 @@ def scan_dependencies(site: Path, start: Iterable[str]) -> list[ImportSite]:
     seen, whole = set(queue), set[str]()
     while queue:
         module = queue.pop()
-        path = _own_file(site, module)
-        if path is None:
+        finder = _find(site, module, optional=True, skip_unparsed=True)
+        if finder is None:
             continue
-        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        where = path.relative_to(site).as_posix()
-        try:
-            tree = parse(path.read_bytes(), filename=where)
-        except (SyntaxError, ValueError):
-            continue
-        finder = _Finder(package, where, optional=True)
-        finder.visit(tree)
+        where = finder.where
         top = module.split(".")[0]
         names = [s.module for s in finder.sites]
         if finder.computed and top not in whole:  # it loads its own modules by name: all of them

@@ -22,19 +22,22 @@ from pathlib import Path
 from typing import Any
 
 from llmhost.config import default_cache_dir
+from llmhost.toolchains import build_component as build_component  # the one entry point; long imported from here
 from llmhost.toolchains import deps, locks
 from llmhost.toolchains.errors import BuildError
 from llmhost.toolchains.imports import entry_source, snapshot_imports
 from llmhost.toolchains.progress import heartbeat
+from llmhost.toolchains.sources import BUILT_SUFFIXES, CACHE_DIRS
 from llmhost.toolchains.wit_docs import WIT_DIR, docs_of, wit_files, with_docs
 
+Note = Callable[[str], None]  # receives one-line progress messages
 APP_MODULE = "app"  # the guest's entry module: `app.py` defining `class WitWorld(WitWorld)`
 COMPONENTIZE_PY = "componentize-py"
 # Build products and tool caches in an app dir: not sources, and they change between identical builds.
-IGNORED_DIRS = {"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".git"}
+IGNORED_DIRS = CACHE_DIRS
 # Not sources: byte code, built components, and documentation (a template's README names its own directory, so a
 # copy of one would otherwise never hit the cache; tests build templates every run).
-IGNORED_SUFFIXES = {".pyc", ".pyo", ".wasm", ".md"}
+IGNORED_SUFFIXES = {*BUILT_SUFFIXES, ".md"}
 IGNORED_NAMES = {"llmhost.toml"}  # the host's config beside a guest (its grants): read when it runs, not built in
 # The files of a guest that are build inputs whatever their size: code, WIT and manifests. Any other file is data:
 # keyed when it is small (a module may read it at import time, which the snapshot keeps), skipped from
@@ -209,24 +212,19 @@ def build_key(app_dir: Path, wit: Path, world: str, tool_version: str, site: Pat
     return digest.hexdigest()[:40]
 
 
-def build_component(
-    app_dir: str | Path,
-    output: str | Path,
-    world: str | None = None,
-    *,
-    cache_dir: Path | None = None,
-    note: Callable[[str], None] | None = None,
-    wit: Path | None = None,
-    upgrade: bool = False,
+def build_python(
+    app_dir: Path,
+    output: Path,
+    world: str | None,
+    wit: Path | None,
+    cache_dir: Path | None,
+    note: Note | None,
+    upgrade: bool,
 ) -> Path:
-    """Build `app_dir/app.py` into the component `output` (copied from the cache when the sources are unchanged).
-    `upgrade`: resolve the guest's dependencies again instead of using the cached install.
-
-    `world`: `command` or `http-app`; None reads it from the guest (see `guest.detect_world`).
-    """
+    """`build_component` of a Python guest: `app_dir/app.py` into the component `output` (copied from the cache when
+    the sources are unchanged). `world`: None reads it from the guest (see `world.detect_world`)."""
     from llmhost.toolchains.world import check_sources, detect_world
 
-    app_dir, output = Path(app_dir), Path(output)
     if not (app_dir / f"{APP_MODULE}.py").is_file():
         raise BuildError(
             f"{app_dir}: no {APP_MODULE}.py or app.js (a guest directory needs one; start one with `llmhost new NAME`"

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import mmap
 import struct
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 # Sizes of the fixed-size GGUF metadata value types (u8 i8 u16 i16 u32 i32 f32 bool, u64 i64 f64).
 _SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
@@ -27,6 +28,9 @@ MAX_STRING_BYTES = 1 << 22  # one string (a key or a value): 4 MiB
 MAX_METADATA_KEYS = 1 << 16
 MAX_TENSORS = 1 << 20
 MAX_HEADER_ITEMS = 1 << 25  # strings and arrays visited in one header: bounded work on a large hostile file
+
+
+T = TypeVar("T")
 
 
 class GgufError(ValueError):
@@ -111,9 +115,9 @@ class HeaderWalk:
             raise GgufError(f"the GGUF header holds more than {MAX_HEADER_ITEMS} strings and arrays")
 
 
-def matrix_types(path: Path) -> set[int]:
-    """The ggml types (`enum ggml_type`) of the file's tensors of two or more dimensions: the weights of matrix
-    products (one-dimensional tensors are norms and biases). Raises `GgufError` for a file that is not GGUF."""
+def walk_header(path: Path, read: Callable[[HeaderWalk], T]) -> T:
+    """`read(walk)` over the file's header, mapped (nothing is loaded). Raises `GgufError` for a file that is not
+    GGUF or whose header is damaged or past the bounds, `OSError` for one that cannot be read."""
     if path.stat().st_size < 24:
         raise GgufError("truncated GGUF header (shorter than 24 bytes)")
     with (
@@ -122,9 +126,15 @@ def matrix_types(path: Path) -> set[int]:
         memoryview(mapped) as data,  # released before the map closes, on errors too
     ):
         try:
-            return _matrix_types(HeaderWalk(data))
-        except struct.error as error:
-            raise GgufError(f"truncated GGUF header ({error})") from None
+            return read(HeaderWalk(data))
+        except (struct.error, UnicodeDecodeError) as error:
+            raise GgufError(f"truncated or damaged GGUF header ({error})") from None
+
+
+def matrix_types(path: Path) -> set[int]:
+    """The ggml types (`enum ggml_type`) of the file's tensors of two or more dimensions: the weights of matrix
+    products (one-dimensional tensors are norms and biases). Raises `GgufError` for a file that is not GGUF."""
+    return walk_header(path, _matrix_types)
 
 
 def _matrix_types(walk: HeaderWalk) -> set[int]:

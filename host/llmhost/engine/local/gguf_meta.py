@@ -3,12 +3,10 @@ and a model's kind need a few keys; llama.cpp would map the whole file and build
 
 from __future__ import annotations
 
-import mmap
-import struct
 from pathlib import Path
 from typing import Any
 
-from llmhost.engine.local.gguf import GgufError, HeaderWalk
+from llmhost.engine.local.gguf import HeaderWalk, walk_header
 
 # struct formats of the fixed-size value types (u8 i8 u16 i16 u32 i32 f32 bool, u64 i64 f64).
 _FORMAT = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
@@ -27,17 +25,7 @@ def read_metadata(path: Path) -> dict[str, Any]:
     """Every metadata key whose value is a number, a bool or a string (arrays, e.g. the vocabulary, are skipped).
     Raises `GgufError` for a file that is not GGUF or whose header is damaged or past gguf.py's bounds, `OSError`
     for one that cannot be read."""
-    if path.stat().st_size < 24:
-        raise GgufError("truncated GGUF header (shorter than 24 bytes)")
-    with (
-        path.open("rb") as file,
-        mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped,
-        memoryview(mapped) as data,
-    ):
-        try:
-            return _read(HeaderWalk(data))
-        except (struct.error, UnicodeDecodeError) as error:
-            raise GgufError(f"truncated or damaged GGUF header ({error})") from None
+    return walk_header(path, _read)
 
 
 def _read(walk: HeaderWalk) -> dict[str, Any]:

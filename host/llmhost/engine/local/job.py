@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from llmhost import telemetry
 from llmhost.config import ModelConfig
 from llmhost.domain.errors import LlmError
 from llmhost.domain.types import (
@@ -161,6 +162,8 @@ class LlamaGeneration:
         self.submission = 0  # the state's submission count when this job was submitted
         self.submitted_at = 0.0  # when it was submitted (time.monotonic): the time to its first token counts from it
         self._first_token = True  # the next token taken is its first (reported to the model's observer)
+        # Traced: the caller's span, and when the generation was admitted and took its first token (for its spans).
+        self.trace, self.admitted_at, self.first_token_at = telemetry.capture(), 0.0, 0.0
         # A reader that polls (asyncio) instead of waiting in next(): called on any thread when an event may be ready.
         self.notify: Callable[[], None] | None = None
 
@@ -248,6 +251,7 @@ class LlamaGeneration:
 
     def start(self) -> None:
         model, state = self.model, self.state
+        self.admitted_at = time.monotonic()
         self.sampler = model.decoder.new_sampler(self.params)
         self._plain_greedy = not self.logprobs and bool(getattr(self.sampler, "plain_greedy", False))
         state.greedy = self.plain_greedy
@@ -283,7 +287,8 @@ class LlamaGeneration:
         model, state = self.model, self.state
         if self._first_token:
             self._first_token = False
-            model.observer.first_token(time.monotonic() - self.submitted_at)
+            self.first_token_at = time.monotonic()
+            model.observer.first_token(self.first_token_at - self.submitted_at)
         state.tokens.append(token)  # SeqState.append, for one token
         state.token_texts.append("")
         state.logprobs.append(logprob)
@@ -335,6 +340,12 @@ class LlamaGeneration:
         if self.reports_usage and self.sampler is not None:  # it was admitted (one refused never ran)
             usage = self.text.usage
             self.model.observer.generation_done(usage.prompt_token_count, usage.generated_token_count)
+        if self.trace is not None:  # traced: its queue wait, prefill and decode
+            times = (self.submitted_at, self.admitted_at, self.first_token_at, time.monotonic())
+            reason = self.text.finish_reason
+            telemetry.model_work(
+                self.trace, self.model.name, times, self.text.usage, reason and reason.openai, self.reused_prompt_tokens
+            )
         if self.sampler is not None:
             self.sampler.close()
             self.sampler = None

@@ -69,6 +69,8 @@ def connect(cluster: ClusterConfig) -> None:
     # ray.init retries a silent GCS for a long time: wait for it in a thread, at most the timeout. (Off the main
     # thread, Ray leaves SIGTERM alone, which is what a host wants: it handles its signals itself.)
     logging.getLogger("ray._private.worker").addFilter(_quiet_sigterm_note)
+    # Serve's INFO lines ("Application ... is ready", its router's start) would be mixed into a CLI's output.
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)
     joining = threading.Thread(target=join, name="llmhost-ray-connect", daemon=True)
     joining.start()
     joining.join(timeout)

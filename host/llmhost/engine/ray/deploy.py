@@ -2,11 +2,13 @@
 
 A deployment outlives the host that made it: every host attached to the cluster with the same model config shares
 it (a fleet). A host with another config for the model is refused, naming the keys that differ; it never redeploys
-another host's model. `serve delete llmhost-model-NAME` removes one (docs/scale-out.md)."""
+another host's model. `serve.delete("llmhost-model-NAME")` removes one (Ray's CLI has no per-app delete)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from llmhost.config import ConfigError, EngineConfig, ModelConfig
@@ -56,6 +58,17 @@ def deployment_options(model: ModelConfig) -> dict[str, Any]:
 def deploy_or_attach(name: str, model: ModelConfig, engine: EngineConfig, timeout_s: float) -> Any:
     """The model's deployment handle: attached when the cluster runs it with this config, else deployed now (and
     waited for: its replicas load the model)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _deploy_or_attach(name, model, engine, timeout_s)
+    # On an event loop's thread (a host made in `llmhost.ray:app`'s ingress replica, whose constructor Serve runs
+    # on its loop), Serve refuses blocking calls: they are made from another thread, and waited for here.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmhost-ray-deploy") as pool:
+        return pool.submit(_deploy_or_attach, name, model, engine, timeout_s).result()
+
+
+def _deploy_or_attach(name: str, model: ModelConfig, engine: EngineConfig, timeout_s: float) -> Any:
     from ray import serve
 
     from llmhost.engine.ray.replica import ModelReplica
@@ -69,8 +82,8 @@ def deploy_or_attach(name: str, model: ModelConfig, engine: EngineConfig, timeou
         if differing:
             raise ConfigError(
                 f"model {name!r}: the Ray cluster already runs it as {app!r} with another config (differing: "
-                f"{', '.join(differing)}); use the same config, another model name, or remove it with "
-                f"`serve delete {app}`"
+                f"{', '.join(differing)}); use the same config, another model name, or remove it (Ray's Python API: "
+                f'`serve.delete("{app}")`, docs/scale-out.md)'
             )
         return handle
     deployment = serve.deployment(ModelReplica).options(**deployment_options(model))  # type: ignore[attr-defined]

@@ -9,10 +9,10 @@ from llmhost.config import EngineConfig, ModelConfig
 from llmhost.domain.errors import LlmError
 
 # Ray Serve application names: one per model, so that each model is deployed, shared and removed on its own
-# (`serve delete llmhost-model-NAME`). The ingress app (`llmhost.ray:app`) is `llmhost-app` by default.
+# (`serve.delete("llmhost-model-NAME")`). The ingress app (`llmhost.ray:app`) is `llmhost-app` by default.
 MODEL_APP_PREFIX = "llmhost-model-"
 DEPLOYMENT = "ModelReplica"
-NAMESPACE = "serve"  # Serve's own: `serve status` / `serve delete` see these apps
+NAMESPACE = "serve"  # Serve's own: `serve status` and `serve.delete` see these apps
 ROUTER_CLASS = "llmhost.engine.ray.router:AffinityRouter"
 
 # A replica answers a call on a sequence it does not hold with this: the host then sends the tokens to rebuild it.

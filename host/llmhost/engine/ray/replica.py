@@ -65,6 +65,14 @@ class ModelReplica:
         del affinity  # read by the router only
         return await self._run(lambda: getattr(self._engine, method)(self.name, *args))
 
+    async def stats(self, replica: str | None = None) -> dict[str, Any]:
+        """This replica's counters (`replica=` an id pins the call to that replica): prompt tokens its prefix cache
+        saved, for bench/ray_scale.py."""
+        del replica  # read by the router only
+        loaded = getattr(self._engine, "model", None)
+        slots = getattr(loaded(self.name), "slots", None) if loaded is not None else None
+        return {"replica": self.replica, "reused_prompt_tokens": getattr(slots, "reused_prompt_tokens", 0)}
+
     # --- generations ---------------------------------------------------------------------------------------------
     async def stream(
         self, prompt: str, params: InferencingParams, affinity: str | None = None

@@ -24,6 +24,7 @@ from typing import Any
 import httpcore
 import httpx
 
+from llmhost import telemetry
 from llmhost.domain.errors import ConnectionFailed, InvalidRequest, OutboundDenied, OutboundTimeout, TooLarge
 from llmhost.domain.hosts import AllowedHost
 from llmhost.domain.limits import (
@@ -237,6 +238,7 @@ class OutboundClient:
                 raise httpx.ConnectTimeout("the deadline passed")
             # Values as UTF-8 (httpx would encode text as ASCII and raise); names are tokens, ASCII already.
             headers = [(name.encode("ascii"), value.encode("utf-8")) for name, value in hop.headers]
+            headers = telemetry.inject(headers)  # traced: the current span's `traceparent` goes with it
             request = self._http.build_request(
                 hop.method, hop.target.url, headers=headers, content=hop.body, timeout=httpx.Timeout(left)
             )

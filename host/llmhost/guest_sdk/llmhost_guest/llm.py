@@ -72,7 +72,25 @@ def _done(done: Any) -> Done:
     return Done(reason_name(done.finish_reason), Usage.from_wit(done.usage))
 
 
-class _Events(Generic[T]):
+class _Owned:
+    """Owns a WIT resource handle (`_handle`): `close()`, or leaving a `with` block, drops it now (freeing what the
+    host holds for it) instead of whenever the garbage collector gets to it; the object is unusable afterwards."""
+
+    _handle: Any
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.__exit__(None, None, None)
+            self._handle = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+class _Events(_Owned, Generic[T]):
     """A WIT stream resource read event by event; the `done` event ends the iteration and is kept in `done`."""
 
     def __init__(self, handle: Any) -> None:
@@ -99,17 +117,6 @@ class _Events(Generic[T]):
             if isinstance(item, Chunk):
                 self._parts.append(item.text)
             yield item
-
-    def close(self) -> None:
-        if self._handle is not None:
-            self._handle.__exit__(None, None, None)
-            self._handle = None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
 
 
 class Stream(_Events[Chunk]):

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .errors import InvalidInput, call
-from .llm import Stream
+from .llm import Stream, _Owned
 from .params import DEFAULT_MODEL, Completion, TokenLogprob, build
 from .processors import GeneratedText, Processor, choose
 
@@ -36,7 +36,7 @@ def _bos(model: str) -> list[int]:
     return _BOS[model]
 
 
-class Sequence:
+class Sequence(_Owned):
     """A token sequence of one model. `str(seq)` is its text; `len(seq)` counts characters, `seq.token_count`
     tokens. `seq += "text"` or `seq += other_sequence` appends; `seq[:n]` is a new sequence of the first `n`
     characters; `seq.generate(...)` appends a generation and returns its text."""
@@ -326,19 +326,6 @@ class Sequence:
         )
         beams = call(self._live.beam_search, params)
         return [(Sequence._wrap(self.model, beam.sequence, self._inherited), float(beam.score)) for beam in beams]
-
-    # --- lifetime ------------------------------------------------------------------------------------------
-    def close(self) -> None:
-        """Drop the handle now (frees its slot); the object is unusable afterwards."""
-        if self._handle is not None:
-            self._handle.__exit__(None, None, None)
-            self._handle = None
-
-    def __enter__(self) -> Sequence:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
 
 
 class _SequenceStream(Stream):

@@ -3,12 +3,20 @@
 // into the class for its interface; anything else (a bug in the guest) is rethrown as it is. As in Python, `message`
 // is the host's text and `kind` the WIT case; `String(error)` reads "KvError: ..." (the class names the interface).
 
-export class LlmError extends Error {
+// What every error class of the SDK is: `name` the class's (not new.target.name: a bundler may rename classes), `kind`
+// the WIT case, `message` the host's text.
+class KindError extends Error {
+  constructor(name, kind, message) {
+    super(message);
+    this.name = name;
+    this.kind = kind;
+  }
+}
+
+export class LlmError extends KindError {
   /** `kind`: "invalid-input", "model-not-supported" or "runtime-error"; `message`: the host's text. */
   constructor(kind, message = "") {
-    super(message);
-    this.name = "LlmError";
-    this.kind = kind;
+    super("LlmError", kind, message);
   }
 }
 
@@ -42,13 +50,11 @@ export function llmError(payload) {
   return payload.val ? new Kind(String(payload.val)) : new Kind();
 }
 
-export class KvError extends Error {
+export class KvError extends KindError {
   /** `kind`: "no-such-store", "access-denied", "quota" (a quota of the store: the message names its config key) or
    * "other" (an invalid key, the backend unreachable...). */
   constructor(kind, message = "") {
-    super(message);
-    this.name = "KvError";
-    this.kind = kind;
+    super("KvError", kind, message);
   }
 }
 
@@ -67,12 +73,10 @@ export function kvError(payload) {
 
 export const HTTP_KINDS = ["denied", "invalid-request", "timeout", "too-large", "connection"];
 
-export class HttpError extends Error {
+export class HttpError extends KindError {
   /** A request that got no response. `kind`: one of HTTP_KINDS. A 4xx or 5xx status is a Response, not this. */
   constructor(kind, message) {
-    super(message);
-    this.name = "HttpError";
-    this.kind = kind;
+    super("HttpError", kind, message);
   }
 }
 
@@ -80,12 +84,10 @@ export function httpError(payload) {
   return new HttpError(HTTP_KINDS.includes(payload.tag) ? payload.tag : "connection", String(payload.val ?? ""));
 }
 
-export class ConfigError extends Error {
+export class ConfigError extends KindError {
   /** The host could not read the config values. `kind`: "upstream" or "io". */
   constructor(kind, message) {
-    super(message);
-    this.name = "ConfigError";
-    this.kind = kind;
+    super("ConfigError", kind, message);
   }
 }
 

@@ -26,19 +26,7 @@ export declare class RuntimeError extends LlmError {
   readonly kind: "runtime-error";
   constructor(message?: string);
 }
-export declare class KvError extends Error {
-  readonly kind: "no-such-store" | "access-denied" | "quota" | "other";
-  constructor(kind: KvError["kind"], message?: string);
-}
 export type HttpErrorKind = "denied" | "invalid-request" | "timeout" | "too-large" | "connection";
-export declare class HttpError extends Error {
-  readonly kind: HttpErrorKind;
-  constructor(kind: HttpErrorKind, message: string);
-}
-export declare class ConfigError extends Error {
-  readonly kind: "upstream" | "io";
-  constructor(kind: "upstream" | "io", message: string);
-}
 
 export type FinishReason = "stop" | "length" | "content-filter" | "tool-calls";
 export interface Usage {
@@ -85,63 +73,6 @@ export interface InferOptions {
 export type Params = Required<Omit<InferOptions, "model" | "jsonSchema" | "jsonObject" | "regex" | "grammar" | "choice">>;
 export declare function defaults(model?: string): Params;
 
-export declare class Completion {
-  readonly text: string;
-  readonly finishReason: FinishReason;
-  readonly usage: Usage;
-  readonly logprobs: TokenLogprob[];
-  toString(): string;
-}
-export declare class Chunk {
-  readonly text: string;
-  readonly tokenIds: number[];
-  readonly usage: Usage;
-  readonly logprobs: TokenLogprob[];
-}
-export declare class Done {
-  readonly finishReason: FinishReason;
-  readonly usage: Usage;
-}
-export declare class ToolCallDelta {
-  readonly index: number;
-  readonly id: string | null;
-  readonly name: string | null;
-  readonly arguments: string;
-}
-export declare class ToolCall {
-  readonly id: string;
-  readonly name: string;
-  /** JSON text */
-  readonly arguments: string;
-  /** The arguments, parsed. */
-  readonly args: unknown;
-}
-export declare class ChatReply {
-  readonly content: string | null;
-  readonly toolCalls: ToolCall[];
-  readonly finishReason: FinishReason;
-  readonly usage: Usage;
-  readonly logprobs: TokenLogprob[];
-  /** `content`, or "" when the reply only calls tools. */
-  readonly text: string;
-  toString(): string;
-}
-declare class Events<T> implements Iterable<T> {
-  /** How the stream ended: set once it is read to the end. */
-  readonly done: Done | null;
-  /** The text of the chunks read so far. */
-  readonly text: string;
-  /** The next item, or undefined at the end. */
-  read(): T | undefined;
-  [Symbol.iterator](): Iterator<T>;
-  /** Calls `callback` for every item; returns `done`. */
-  forEach(callback: (item: T) => void): Done | null;
-  /** Drops the stream, which cancels the generation. */
-  close(): void;
-}
-export declare class Stream extends Events<Chunk> {}
-export declare class ChatStream extends Events<Chunk | ToolCallDelta> {}
-
 export type Role = "system" | "user" | "assistant" | "tool";
 export interface ToolCallInput {
   id?: string;
@@ -167,31 +98,64 @@ export interface ModelInfo {
 }
 export type Embeddings = number[][] & { usage: Usage };
 
-// Names the namespaces re-export (llm.Stream, kv.KvError...), as index.js's modules do.
-type _Completion = Completion;
-declare const _Completion: typeof Completion;
-type _Chunk = Chunk;
-declare const _Chunk: typeof Chunk;
-type _Done = Done;
-declare const _Done: typeof Done;
-type _ToolCall = ToolCall;
-declare const _ToolCall: typeof ToolCall;
-type _ToolCallDelta = ToolCallDelta;
-declare const _ToolCallDelta: typeof ToolCallDelta;
-type _ChatReply = ChatReply;
-declare const _ChatReply: typeof ChatReply;
-type _Stream = Stream;
-declare const _Stream: typeof Stream;
-type _ChatStream = ChatStream;
-declare const _ChatStream: typeof ChatStream;
-type _KvError = KvError;
-declare const _KvError: typeof KvError;
-type _HttpError = HttpError;
-declare const _HttpError: typeof HttpError;
-type _ConfigError = ConfigError;
-declare const _ConfigError: typeof ConfigError;
-
 export declare namespace llm {
+  export class Completion {
+    readonly text: string;
+    readonly finishReason: FinishReason;
+    readonly usage: Usage;
+    readonly logprobs: TokenLogprob[];
+    toString(): string;
+  }
+  export class Chunk {
+    readonly text: string;
+    readonly tokenIds: number[];
+    readonly usage: Usage;
+    readonly logprobs: TokenLogprob[];
+  }
+  export class Done {
+    readonly finishReason: FinishReason;
+    readonly usage: Usage;
+  }
+  export class ToolCallDelta {
+    readonly index: number;
+    readonly id: string | null;
+    readonly name: string | null;
+    readonly arguments: string;
+  }
+  export class ToolCall {
+    readonly id: string;
+    readonly name: string;
+    /** JSON text */
+    readonly arguments: string;
+    /** The arguments, parsed. */
+    readonly args: unknown;
+  }
+  export class ChatReply {
+    readonly content: string | null;
+    readonly toolCalls: ToolCall[];
+    readonly finishReason: FinishReason;
+    readonly usage: Usage;
+    readonly logprobs: TokenLogprob[];
+    /** `content`, or "" when the reply only calls tools. */
+    readonly text: string;
+    toString(): string;
+  }
+  class Events<T> implements Iterable<T> {
+    /** How the stream ended: set once it is read to the end. */
+    readonly done: Done | null;
+    /** The text of the chunks read so far. */
+    readonly text: string;
+    /** The next item, or undefined at the end. */
+    read(): T | undefined;
+    [Symbol.iterator](): Iterator<T>;
+    /** Calls `callback` for every item; returns `done`. */
+    forEach(callback: (item: T) => void): Done | null;
+    /** Drops the stream, which cancels the generation. */
+    close(): void;
+  }
+  export class Stream extends Events<Chunk> {}
+  export class ChatStream extends Events<Chunk | ToolCallDelta> {}
+
   export function infer(prompt: string, options?: InferOptions): Completion;
   export function inferStream(prompt: string, options?: InferOptions, onChunk?: (chunk: Chunk) => void): Stream;
   /** The Python SDK's name for `inferStream`. */
@@ -212,25 +176,13 @@ export declare namespace llm {
   export function listModels(): ModelInfo[];
   export function embed(texts: string | Iterable<string>, options?: { model?: string }): Embeddings;
   export const EMBED_BATCH: number;
-  export type Completion = _Completion;
-  export type Chunk = _Chunk;
-  export type Done = _Done;
-  export type ToolCall = _ToolCall;
-  export type ToolCallDelta = _ToolCallDelta;
-  export type ChatReply = _ChatReply;
-  export type Stream = _Stream;
-  export type ChatStream = _ChatStream;
-  export const Completion: typeof _Completion;
-  export const Chunk: typeof _Chunk;
-  export const Done: typeof _Done;
-  export const ToolCall: typeof _ToolCall;
-  export const ToolCallDelta: typeof _ToolCallDelta;
-  export const ChatReply: typeof _ChatReply;
-  export const Stream: typeof _Stream;
-  export const ChatStream: typeof _ChatStream;
 }
 
 export declare namespace kv {
+  export class KvError extends Error {
+    readonly kind: "no-such-store" | "access-denied" | "quota" | "other";
+    constructor(kind: KvError["kind"], message?: string);
+  }
   export class Store {
     readonly name: string;
     get(key: string): Uint8Array | null;
@@ -245,11 +197,13 @@ export declare namespace kv {
     increment(key: string, delta?: number | bigint): number;
   }
   export function open(name?: string): Store;
-  export type KvError = _KvError;
-  export const KvError: typeof _KvError;
 }
 
 export declare namespace http {
+  export class HttpError extends Error {
+    readonly kind: HttpErrorKind;
+    constructor(kind: HttpErrorKind, message: string);
+  }
   export class Response {
     readonly status: number;
     readonly headerList: [string, string][];
@@ -290,13 +244,26 @@ export declare namespace http {
     body: Uint8Array | string,
   ): WitResponse;
   export function writeAll(writer: ResponseWriter, data: Uint8Array | string): void;
-  export type HttpError = _HttpError;
-  export const HttpError: typeof _HttpError;
 }
 
 export declare namespace config {
+  export class ConfigError extends Error {
+    readonly kind: "upstream" | "io";
+    constructor(kind: "upstream" | "io", message: string);
+  }
   export function get(name: string): string | null;
   export function getAll(): Record<string, string>;
-  export type ConfigError = _ConfigError;
-  export const ConfigError: typeof _ConfigError;
 }
+
+// The namespaces' classes, exported at the top level too (as index.js does).
+export import Completion = llm.Completion;
+export import Chunk = llm.Chunk;
+export import Done = llm.Done;
+export import ToolCall = llm.ToolCall;
+export import ToolCallDelta = llm.ToolCallDelta;
+export import ChatReply = llm.ChatReply;
+export import Stream = llm.Stream;
+export import ChatStream = llm.ChatStream;
+export import KvError = kv.KvError;
+export import HttpError = http.HttpError;
+export import ConfigError = config.ConfigError;

@@ -1,0 +1,55 @@
+"""What the call sites see of a span, and the tracer behind the facade (telemetry/otel.py is the real one)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from llmhost.domain.types import Usage
+
+T = TypeVar("T")
+
+
+class Span:
+    """A span as call sites use it; this base does nothing (tracing off)."""
+
+    def set(self, key: str, value: Any) -> None:
+        """An attribute (None: not set)."""
+
+    def fail(self, message: str) -> None:
+        """The span's work failed with this (one-line) reason."""
+
+
+NOOP_SPAN = Span()
+
+
+class Tracer(Protocol):
+    def span(
+        self, name: str, attributes: dict[str, Any] | None, server: bool = False
+    ) -> contextlib.AbstractContextManager[Span]: ...
+
+    def server_span(
+        self, method: str, path: str, headers: Sequence[tuple[str, str]], attributes: dict[str, Any] | None
+    ) -> contextlib.AbstractContextManager[Span]: ...
+
+    def capture(self) -> object: ...
+
+    def host_call(self, interface: str, name: str, function: Callable[..., T]) -> Callable[..., T]: ...
+
+    def stream(self, name: str, model: str, params: Any, open_stream: Callable[[], T]) -> T: ...
+
+    def model_work(
+        self,
+        parent: object,
+        model: str,
+        times: tuple[float, float, float, float],
+        usage: Usage,
+        finish_reason: str | None,
+        reused_tokens: int,
+    ) -> None: ...
+
+    def inject(self, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]: ...
+
+    def shutdown(self) -> None: ...
