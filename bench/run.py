@@ -18,7 +18,8 @@ compute thread (bench/compute_thread.py), the host's time outside llama_decode (
 simulation (bench/gpu_speed.py), the remote backend (bench/scaleout.py), JavaScript guests beside Python ones
 (bench/js_guests.py), embeddings (bench/embeddings.py) and a stream sharing its model with embeddings clients
 (bench/embedding_fairness.py), outbound HTTP's host memory and a small GET (bench/outbound.py), the asyncio API's
-streams against threads (bench/asyncio_streams.py), component
+streams against threads (bench/asyncio_streams.py), `llmhost serve` against llama.cpp's own llama-server
+(bench/peer_server.py), component
 instantiation (p50 of 20) and the second start of `llmhost run` (compiled component cached).
 """
 
@@ -49,6 +50,7 @@ import gpu_speed
 import host_time
 import js_guests
 import outbound
+import peer_server
 import plots
 import processors
 import scaleout
@@ -608,6 +610,7 @@ def main() -> int:
     from serve import serve_section  # bench/serve.py: `llmhost serve` requests/s, latency, instance cost
 
     lines += serve_section(config.cache_dir)
+    lines += peer_server.run(config.cache_dir, args.rounds)  # both servers in processes of their own
     lines += isolated(js_guests.run, config.cache_dir, THREADS)  # a JavaScript guest beside a Python one
     lines += isolated(embeddings.run, config.cache_dir, THREADS)  # beside Llama.embed; retrieval per model
     lines += isolated(embedding_fairness.run, config.cache_dir, THREADS)  # a stream beside embeddings clients

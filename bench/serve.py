@@ -26,7 +26,7 @@ from llmhost.interfaces.http import HTTP_INTERFACE, define_http
 from llmhost.run.scope import RunScope
 from llmhost.runtime.sandbox import new_store
 from llmhost.serve.component import HttpComponent, HttpRequest
-from llmhost.serve.config import AppConfig, resolve, single_component
+from llmhost.shell.config import AppConfig, resolve, single_component
 from llmhost.toolchains.python import build_component
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -156,7 +156,7 @@ def completions(port: int, streams: int, tokens: int, tag: str) -> tuple[float, 
 def metrics_work(n: int = 100_000) -> tuple[float, float]:
     """µs of metrics work per request (a counter and a histogram) and per generation (its first token, admission
     wait and usage), in-process: what the on ÷ off ratios cannot resolve on a busy machine."""
-    from llmhost.serve.metrics import ServeMetrics
+    from llmhost.shell.metrics import ServeMetrics
 
     metrics = ServeMetrics(["app"], ["gemma-3-270m"])
     model = metrics.observer("gemma-3-270m")

@@ -29,7 +29,7 @@ from llmhost import FakeEngineConfig, Host, HostConfig
 from llmhost.asgi import component_app
 from llmhost.runtime.components import ComponentCache, create_wasmtime_engine
 from llmhost.serve.component import HttpComponent
-from llmhost.serve.watch import Watcher
+from llmhost.shell.watch import Watcher
 
 NAME = "app"
 IN_FLIGHT_RELOADS = 3  # reloads while the first version's request runs

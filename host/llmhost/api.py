@@ -300,7 +300,7 @@ class Host:
             loaded = components.load(path)
             return loaded.engine or wasm_engine, loaded
         except WasmtimeError as error:
-            raise LoadError(f"{path}: not a valid WebAssembly component: {_cause(str(error))}") from None
+            raise LoadError(f"{path}: not a valid WebAssembly component: {wasm_cause(str(error))}") from None
 
     # -- the llm interface, for host-side callers ---------------------------------------------------------
 
@@ -445,7 +445,7 @@ class App:
         try:
             return store, self._linker.instantiate(store, self._component)
         except WasmtimeError as error:
-            raise LoadError(f"{self.name} cannot be instantiated on this host: {_cause(str(error))}") from None
+            raise LoadError(f"{self.name} cannot be instantiated on this host: {wasm_cause(str(error))}") from None
 
     def run(
         self,
@@ -505,7 +505,7 @@ class App:
         return CompletedRun(exit_code, b"".join(out), b"".join(err))
 
     def _trap(self, message: str) -> GuestTrap:
-        cause = _cause(message)
+        cause = wasm_cause(message)
         if "wasm trap: interrupt" in cause:
             limit = self.host.config.sandbox.timeout_s
             return GuestTimeout(
@@ -518,7 +518,7 @@ class App:
         return GuestTrap(f"{self.name} trapped: {cause}{hint}", message)
 
 
-def _cause(message: str) -> str:
+def wasm_cause(message: str) -> str:
     """The root cause of a wasmtime error: the last line after "Caused by:", without the wasm backtrace."""
     _, _, tail = message.rpartition("Caused by:")
     lines = [line.strip() for line in (tail or message).strip().splitlines() if line.strip()]

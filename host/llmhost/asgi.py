@@ -21,10 +21,10 @@ from llmhost.api import Host, HostError
 from llmhost.config import ConfigError, EnvValue, alias_map
 from llmhost.domain.limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_LOG_BYTES
 from llmhost.serve.app import Exchange, Receive, Scope, Send, ServeApp
-from llmhost.serve.auth import ApiKeys
 from llmhost.serve.component import HttpComponent
-from llmhost.serve.config import ComponentConfig, Limits, _settings
-from llmhost.serve.metrics import RequestObserver
+from llmhost.shell.auth import ApiKeys
+from llmhost.shell.config import ComponentConfig, Limits, component_settings
+from llmhost.shell.metrics import RequestObserver
 
 ORIGIN = "component_app()"  # where limits and grants came from, as error messages name it
 # What a client leaves unencoded in a path besides letters, digits, `-._~` and `/` (RFC 3986 `pchar`): a mount point
@@ -131,7 +131,7 @@ def component_app(
     (`deadline_s`, `max_duration_s`, `max_memory_mb`, `max_body_bytes`, `max_tokens`; serve's defaults otherwise).
     At most `max_concurrency` guests run at once, each on a thread of the app's own pool (more requests wait for
     one, within their deadline). `api_keys`: requests must carry `Authorization: Bearer KEY` with one of them (none:
-    open). `metrics`: where requests and guest failures are counted (`serve.metrics.ServeMetrics`, whose `registry`
+    open). `metrics`: where requests and guest failures are counted (`shell.metrics.ServeMetrics`, whose `registry`
     is a Prometheus registry). Errors in these are `HostError`s naming the parameter.
     """
     given = Path(source)
@@ -147,7 +147,7 @@ def component_app(
             allowed_outbound_hosts=tuple(allowed_outbound_hosts),
             env=dict(env or {}),
         )
-        settings = _settings(component_name, component, resolved_limits, ORIGIN, alias_map(host.config.models))
+        settings = component_settings(component_name, component, resolved_limits, ORIGIN, alias_map(host.config.models))
     except (ValueError, ConfigError) as error:
         raise HostError(f"{ORIGIN}: {error}") from None
     if max_concurrency < 1:

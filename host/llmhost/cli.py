@@ -20,7 +20,7 @@ import click
 if TYPE_CHECKING:
     from llmhost.api import Host
     from llmhost.config import HostConfig
-    from llmhost.serve.config import ServeSettings
+    from llmhost.shell.config import ServeSettings
 
 EXIT_EXPECTED_ERROR = 2
 # Exceptions that are the user's to fix, by module: reported in one line, never with a traceback.

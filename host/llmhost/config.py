@@ -36,14 +36,14 @@ from llmhost.domain.stores import grant_reaches, redis_address, redis_url_proble
 _log = logging.getLogger(__name__)
 
 
-def _kebab(name: str) -> str:
+def kebab(name: str) -> str:
     return name.replace("_", "-")
 
 
-class _Section(BaseModel):
+class Section(BaseModel):
     # Errors never quote the input: it may hold a password (a Redis `url`) or a config value.
     model_config = ConfigDict(
-        alias_generator=_kebab, populate_by_name=True, extra="forbid", frozen=True, hide_input_in_errors=True
+        alias_generator=kebab, populate_by_name=True, extra="forbid", frozen=True, hide_input_in_errors=True
     )
 
 
@@ -52,7 +52,7 @@ DEFAULT_KEEP_ALIVE_S = 300.0
 KEEP_ALIVE_FOREVER = -1.0
 
 
-class ModelConfig(_Section):
+class ModelConfig(Section):
     """One model. `path: None` means a built-in model's file (Gemma 3 270M, SmolLM2 or all-MiniLM-L6-v2)."""
 
     path: Path | None = None
@@ -164,7 +164,7 @@ class ModelConfig(_Section):
         return value
 
     def _check_ray(self) -> ModelConfig:
-        ray_keys = sorted(_kebab(k) for k in self.model_fields_set & RAY_MODEL_KEYS)
+        ray_keys = sorted(kebab(k) for k in self.model_fields_set & RAY_MODEL_KEYS)
         if self.backend != "ray":
             if ray_keys:
                 raise ValueError(f'{", ".join(f"`{k}`" for k in ray_keys)}: only with backend = "ray"')
@@ -210,7 +210,7 @@ AUTOSCALING_KEYS = frozenset(
 )
 
 
-class ClusterConfig(_Section):
+class ClusterConfig(Section):
     """`[cluster]`: the Ray cluster that `backend = "ray"` models run on."""
 
     # "auto" (the cluster this machine belongs to), "HOST:PORT" (its GCS address) or "ray://HOST:10001" (Ray Client).
@@ -218,7 +218,7 @@ class ClusterConfig(_Section):
     connect_timeout_s: float = Field(15.0, gt=0)  # a bad or unreachable address fails within this
 
 
-class TelemetryConfig(_Section):
+class TelemetryConfig(Section):
     """`[telemetry]`: OpenTelemetry traces of `serve` and `mcp` (llmhost/telemetry/). Off unless an OTLP endpoint is
     set here or in `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`."""
 
@@ -243,7 +243,7 @@ def check_cluster(models: Mapping[str, ModelConfig], cluster: ClusterConfig) -> 
         )
 
 
-class LlamaCppEngineConfig(_Section):
+class LlamaCppEngineConfig(Section):
     kind: Literal["llama-cpp"] = "llama-cpp"
     # The memory the loaded local models may use together, in MB (each: its GGUF file plus its KV cache,
     # engine/local/footprint.py). A model that does not fit unloads the least recently used idle ones first; when
@@ -251,7 +251,7 @@ class LlamaCppEngineConfig(_Section):
     memory_budget_mb: int | None = Field(None, ge=1)
 
 
-class FakeEngineConfig(_Section):
+class FakeEngineConfig(Section):
     """A deterministic engine for tests of host policy; it replays `script`."""
 
     kind: Literal["fake"] = "fake"
@@ -259,7 +259,7 @@ class FakeEngineConfig(_Section):
     context_length: int = 64
 
 
-class FakeDecoderEngineConfig(_Section):
+class FakeDecoderEngineConfig(Section):
     """The local engine (slots, batching, sequences, prefix cache) over a deterministic decoder with no model:
     tests and benchmarks of scheduling and scale-out. A token per byte; each decode step sleeps `step-ms`, as a
     GPU-bound step that leaves the host's CPU free."""
@@ -292,14 +292,14 @@ def check_aliases(models: dict[str, ModelConfig]) -> dict[str, ModelConfig]:
     return models
 
 
-class EnvValue(_Section):
+class EnvValue(Section):
     """A config value taken from the host's environment (`TOKEN = { env = "MY_TOKEN" }`): read when the component is
     loaded, never logged and never shown by any command."""
 
     env: str = Field(min_length=1)
 
 
-class GrantsConfig(_Section):
+class GrantsConfig(Section):
     """What a component may reach beyond the model (README "Grants"); nothing by default. The same keys under
     `[sandbox]` (`llmhost run`, the Python API) and `[components.NAME]` (`serve`, `mcp`)."""
 
@@ -342,7 +342,7 @@ class SandboxConfig(GrantsConfig):
     max_sequence_mb: int = Field(MAX_SEQUENCE_MB, ge=1)  # host memory one run's sequences may hold
 
 
-class KeyValueStoreConfig(_Section):
+class KeyValueStoreConfig(Section):
     """A key-value store (`[key-value.NAME]`) that components granted it may open. `default` exists without a table:
     SQLite in the data directory."""
 
@@ -421,7 +421,7 @@ def _default_models() -> dict[str, ModelConfig]:
 CompileStrategy = Literal["fast-first", "optimized", "fast"]
 
 
-def _default_compile_strategy() -> CompileStrategy:
+def default_compile_strategy() -> CompileStrategy:
     chosen = os.environ.get("LLMHOST_COMPILE_STRATEGY") or "fast-first"
     for strategy in get_args(CompileStrategy):
         if strategy == chosen:
@@ -432,7 +432,7 @@ def _default_compile_strategy() -> CompileStrategy:
     )
 
 
-class HostConfig(_Section):
+class HostConfig(Section):
     engine: EngineConfig = Field(default_factory=LlamaCppEngineConfig)
     models: dict[str, ModelConfig] = Field(default_factory=_default_models)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
@@ -445,7 +445,7 @@ class HostConfig(_Section):
     # Cranelift compiles it in the background for the next run; "optimized": always wait for Cranelift; "fast":
     # Winch only, nothing in the background (CI and other short-lived runs, where a Cranelift compile never pays).
     # Default: $LLMHOST_COMPILE_STRATEGY, else "fast-first".
-    compile_strategy: CompileStrategy = Field(default_factory=_default_compile_strategy)
+    compile_strategy: CompileStrategy = Field(default_factory=default_compile_strategy)
     # `transfer-memory-mb`: host memory that byte lists handed into guests may take at once, all components together
     # (grants/transfers.py). None: an eighth of this machine's memory, between 256 MB and 2 GB.
     transfer_memory_mb: int | None = Field(default=None, ge=16)

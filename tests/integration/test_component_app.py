@@ -24,7 +24,7 @@ from llmhost import AsyncHost, FakeEngineConfig, Host, HostConfig, HostError, In
 from llmhost import component_app as make_app
 from llmhost.asgi import ComponentApp
 from llmhost.serve.app import ServeApp
-from llmhost.serve.metrics import ServeMetrics
+from llmhost.shell.metrics import ServeMetrics
 
 pytestmark = pytest.mark.wasm
 MODEL = "gemma-3-270m"

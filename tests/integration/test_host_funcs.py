@@ -35,8 +35,9 @@ from llmhost import FakeEngineConfig, Host, HostConfig
 from llmhost.domain.errors import InvalidInput, ModelNotSupported
 from llmhost.domain.types import FinishReason, InferencingParams, StreamChunk, StreamDone, Usage
 from llmhost.interfaces.llm import INTERFACE
+from llmhost.interfaces.llm_values import params_to_wit, stream_event_to_wit
 from llmhost.interfaces.sequences import INTERFACE as SEQUENCES_INTERFACE
-from llmhost.runtime.abi import ResultEncoder, imported_functions, params_to_wit, stream_event_to_wit
+from llmhost.runtime.abi import ResultEncoder, imported_functions
 from llmhost.runtime.components import create_wasmtime_engine
 from llmhost.runtime.host_funcs import snapshot
 from probe_driver import run_probe

@@ -1,4 +1,5 @@
-"""abi: WIT values <-> domain types, result/error encoding from real WIT types, and host functions that never raise."""
+"""abi and interfaces.llm_values: WIT values <-> domain types, result/error encoding from real WIT types, and host
+functions that never raise."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from llmhost.domain.types import (
     ModelInfo,
     Usage,
 )
+from llmhost.interfaces import llm_values
 from llmhost.runtime import abi
 
 # A component that only imports (no code): its import types are the real wasmtime types for these WIT shapes.
@@ -49,7 +51,7 @@ def wit_functions() -> dict[str, FuncType]:
 
 
 def wit_params(**overrides: object) -> Record:
-    return abi.params_to_wit(DEFAULT_PARAMS.model_copy(update=overrides))
+    return llm_values.params_to_wit(DEFAULT_PARAMS.model_copy(update=overrides))
 
 
 def f32(x: float) -> float:
@@ -60,7 +62,7 @@ def f32(x: float) -> float:
 
 
 def test_params_none_means_the_documented_defaults() -> None:
-    assert abi.params_from_wit(None) == DEFAULT_PARAMS
+    assert llm_values.params_from_wit(None) == DEFAULT_PARAMS
 
 
 def test_params_read_kebab_case_fields() -> None:
@@ -76,7 +78,7 @@ def test_params_read_kebab_case_fields() -> None:
         "seed": 2**64 - 1,
     }.items():
         setattr(record, name, value)
-    params = abi.params_from_wit(record)
+    params = llm_values.params_from_wit(record)
     assert params == InferencingParams(
         max_tokens=7,
         repeat_penalty=1.3,  # the guest wrote 1.3; the f32 that arrives (1.2999999523...) is shown as 1.3
@@ -111,7 +113,7 @@ def test_params_round_trip_keeps_every_f32_value(
         stop=tuple(stop),
         seed=seed,
     )
-    back = abi.params_from_wit(abi.params_to_wit(params))
+    back = llm_values.params_from_wit(llm_values.params_to_wit(params))
     assert back.model_dump(exclude={"repeat_penalty", "temperature", "top_p"}) == params.model_dump(
         exclude={"repeat_penalty", "temperature", "top_p"}
     )
@@ -126,7 +128,7 @@ def test_params_round_trip_keeps_every_f32_value(
 def test_bad_params_fail_conversion_naming_the_field(field_name: str, value: float) -> None:
     # Guest params are validated once, where they cross the WIT boundary.
     with pytest.raises(InvalidInput, match=field_name):
-        abi.params_from_wit(wit_params(**{field_name.replace("-", "_"): value}))
+        llm_values.params_from_wit(wit_params(**{field_name.replace("-", "_"): value}))
 
 
 # -- results --------------------------------------------------------------------------------------------------
@@ -143,7 +145,7 @@ def test_inference_result_uses_wit_names_and_enum_strings() -> None:
         text="héllo",
         usage=Usage(prompt_token_count=3, generated_token_count=4),
     )
-    record = abi.inference_result_to_wit(result)
+    record = llm_values.inference_result_to_wit(result)
     assert field(record, "finish-reason") == "content-filter"
     assert field(record, "text") == "héllo"
     usage = field(record, "usage")
@@ -151,18 +153,20 @@ def test_inference_result_uses_wit_names_and_enum_strings() -> None:
 
 
 def test_model_info_embeddings_and_tokens() -> None:
-    info = abi.model_info_to_wit(ModelInfo(name="m", context_length=4096, vocab_size=262144))
+    info = llm_values.model_info_to_wit(ModelInfo(name="m", context_length=4096, vocab_size=262144))
     assert [field(info, f) for f in ("name", "context-length", "vocab-size")] == ["m", 4096, 262144]
-    embeddings = abi.embeddings_to_wit(EmbeddingsResult(embeddings=[[1.0, 0.5], [0.0, -1.0]], prompt_token_count=9))
+    embeddings = llm_values.embeddings_to_wit(
+        EmbeddingsResult(embeddings=[[1.0, 0.5], [0.0, -1.0]], prompt_token_count=9)
+    )
     assert field(embeddings, "embeddings") == [[1.0, 0.5], [0.0, -1.0]]
     assert field(field(embeddings, "usage"), "prompt-token-count") == 9
-    assert abi.tokens_to_wit((1, 2, U32_MAX)) == [1, 2, U32_MAX]
+    assert llm_values.tokens_to_wit((1, 2, U32_MAX)) == [1, 2, U32_MAX]
 
 
 @pytest.mark.parametrize("bad", [-1, U32_MAX + 1])
 def test_values_that_cannot_be_lowered_are_rejected_before_wasmtime(bad: int) -> None:
     with pytest.raises(ValueError, match="u32"):
-        abi.tokens_to_wit([bad])
+        llm_values.tokens_to_wit([bad])
 
 
 # -- result and error encoding, from real WIT types -------------------------------------------------------------
@@ -239,5 +243,5 @@ def test_guarded_catches_conversion_failures_too() -> None:
     text_with_surrogate = InferenceResult(
         finish_reason=FinishReason.STOP, text="\udc80", usage=Usage(prompt_token_count=1, generated_token_count=1)
     )
-    value = abi.guarded(lambda: text_with_surrogate, abi.inference_result_to_wit, encoder())(object())
+    value = abi.guarded(lambda: text_with_surrogate, llm_values.inference_result_to_wit, encoder())(object())
     assert isinstance(value, Variant) and value.tag == "runtime-error"

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from llmhost.domain.errors import InvalidInput
 from llmhost.domain.limits import FD_RESERVE, FDS_PER_REQUEST, MAX_TOKENIZE_BYTES
 from llmhost.domain.types import check_text_length, check_tokenize_length
-from llmhost.serve.component import escape_controls, guest_lines
-from llmhost.serve.protocol import chunk_problem, framing_problem
-from llmhost.serve.server import DescriptorWarnings, plan_descriptors
+from llmhost.shell.front import DescriptorWarnings, plan_descriptors
+from llmhost.shell.guest import escape_controls, guest_lines
+from llmhost.shell.protocol import chunk_problem, framing_problem
 
 
 def reference_escape(text: str) -> str:

@@ -20,7 +20,7 @@ from llmhost.config import ConfigError, EnvValue, KeyValueStoreConfig, SandboxCo
 from llmhost.domain.errors import LlmError, OutboundDenied, StoreFailure
 from llmhost.domain.stores import store_file_name
 from llmhost.grants import Grants, resolve_config_values
-from llmhost.serve.config import load_app_config, resolve
+from llmhost.shell.config import load_app_config, resolve
 
 SECRET = "s3cr3t-Value-0f-the-env"
 

@@ -15,7 +15,7 @@ from llmhost.domain.limits import FD_RESERVE, FDS_PER_REQUEST
 from llmhost.mcp.http import jsonrpc_refusal
 from llmhost.mcp.stdio import BATCH, INVALID_REQUEST, NOT_A_MESSAGE, NOT_UNICODE, PARSE_ERROR, line_problem
 from llmhost.mcp.tools import clip
-from llmhost.serve.front import BODY_BYTES, CLIENT_GONE, Front, Guarded, plan_descriptors
+from llmhost.shell.front import BODY_BYTES, CLIENT_GONE, Front, Guarded, plan_descriptors
 
 
 @pytest.mark.parametrize(

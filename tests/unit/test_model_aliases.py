@@ -18,7 +18,7 @@ from llmhost.engine.fake import FakeEngine
 from llmhost.engine.registry import Registry, create_registry
 from llmhost.run.scope import RunScope
 from llmhost.run.service import LlmService
-from llmhost.serve.config import settings_for
+from llmhost.shell.config import settings_for
 
 ALIASES = ["gpt-4.1", "gpt-3.5-turbo-instruct", "text-embedding-3-small"]
 CONFIG = """

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from llmhost.cli import cli
 from llmhost.config import ClusterConfig, ModelConfig, load_config
-from llmhost.serve.config import load_app_config
+from llmhost.shell.config import load_app_config
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "scale-out.md"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)

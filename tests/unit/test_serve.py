@@ -13,7 +13,7 @@ from llmhost.engine.fake import FakeEngine
 from llmhost.engine.registry import Registry
 from llmhost.run.scope import RunScope, TokenBudget
 from llmhost.run.service import LlmService
-from llmhost.serve.config import load_app_config, resolve, settings_for
+from llmhost.shell.config import load_app_config, resolve, settings_for
 
 
 def app_file(tmp_path: Path, text: str) -> Path:

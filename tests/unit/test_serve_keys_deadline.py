@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from llmhost.config import ConfigError
-from llmhost.serve.auth import API_KEYS_ENV, ApiKeys, load_api_keys
 from llmhost.serve.deadline import Deadline
+from llmhost.shell.auth import API_KEYS_ENV, ApiKeys, load_api_keys
 
 
 def test_keys_from_the_environment_and_a_file(tmp_path: Path) -> None:

@@ -17,10 +17,10 @@ from llmhost.engine.admission import AdmissionQueue
 from llmhost.engine.local.engine import LlamaCppEngine
 from llmhost.engine.local.fake_decoder import FakeDecoder
 from llmhost.engine.local.model import EngineModel
-from llmhost.serve.config import load_app_config, resolve
-from llmhost.serve.metrics import ServeMetrics
-from llmhost.serve.probes import Readiness, probes_app
 from llmhost.serve.server import needed_models
+from llmhost.shell.config import load_app_config, resolve
+from llmhost.shell.metrics import ServeMetrics
+from llmhost.shell.probes import Readiness, probes_app
 
 MODEL = "fake"
 GREEDY = InferencingParams(max_tokens=5, temperature=0.0, repeat_penalty=1.0)

@@ -12,8 +12,8 @@ import pytest
 
 from llmhost.config import ConfigError
 from llmhost.serve.component import Users
-from llmhost.serve.config import settings_for
-from llmhost.serve.watch import Debouncer, SourceFilter, Watcher
+from llmhost.shell.config import settings_for
+from llmhost.shell.watch import Debouncer, SourceFilter, Watcher
 
 # -- which paths are sources ---------------------------------------------------------------------------------------
 

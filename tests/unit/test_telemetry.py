@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from llmhost import telemetry
 from llmhost.config import HostConfig, TelemetryConfig
-from llmhost.serve.config import AppConfig
+from llmhost.shell.config import AppConfig
 
 ENV = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SDK_DISABLED")
 

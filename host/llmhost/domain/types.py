@@ -1,6 +1,7 @@
 """Typed domain values shared by the engine, the host interfaces, the Python API and the CLI.
 
-Nothing here knows about wasmtime or llama.cpp: `abi` converts these to and from WIT values.
+Nothing here knows about wasmtime or llama.cpp: the converters in `llmhost.interfaces` turn these into WIT
+values and back.
 """
 
 from __future__ import annotations

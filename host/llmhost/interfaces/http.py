@@ -7,11 +7,11 @@ that integer as the handle's rep, and unregisters it when the call returns.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from wasmtime import _ffi as ffi
-from wasmtime.component import FuncType, LinkerInstance, ResourceType
+from wasmtime.component import FuncType, LinkerInstance, Record, ResourceType
 
 from llmhost.domain.errors import LlmError
 from llmhost.interfaces.versions import current, interface_names
@@ -19,6 +19,38 @@ from llmhost.run.scope import HandleTable, RunScope
 from llmhost.runtime import abi
 from llmhost.runtime.host_funcs import add_func
 from llmhost.runtime.sandbox import deadline_ticks, scope_of
+
+# -- HTTP (wit/http.wit): requests, responses and the response-writer handle -------------------------------------
+
+HttpFields = list[tuple[str, str]]
+
+
+def http_request_to_wit(method: str, path_with_query: str, headers: HttpFields, body: bytes) -> Record:
+    """The WIT `http.request` record passed to `handler.handle`."""
+    return abi.record(
+        {
+            "method": abi.string_to_wit(method),
+            "path-with-query": abi.string_to_wit(path_with_query),
+            "headers": http_fields_to_wit(headers),
+            "body": bytes(body),
+        }
+    )
+
+
+def http_fields_from_wit(value: Any) -> HttpFields:
+    """`fields` (a list of string pairs) -> a list of `(name, value)` tuples."""
+    return [(str(name), str(field_value)) for name, field_value in value]
+
+
+def http_fields_to_wit(fields: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """`(name, value)` pairs -> WIT `fields` (`http` and `outbound-http` alike)."""
+    return [(abi.string_to_wit(name), abi.string_to_wit(value)) for name, value in fields]
+
+
+def http_response_from_wit(value: Any) -> tuple[int, HttpFields, bytes]:
+    """The `http.response` record `handler.handle` returned -> (status, headers, body)."""
+    return int(value.status), http_fields_from_wit(value.headers), bytes(value.body)
+
 
 HTTP_INTERFACES = interface_names("http")
 HANDLER_INTERFACES = interface_names("handler")
@@ -46,7 +78,7 @@ class ResponseWriter(Protocol):
     """What a `response-writer` handle stands for. Both methods block until the bytes are handed to the
     connection and raise `WriteClosed` or `WriteInvalid`."""
 
-    def start(self, status: int, headers: abi.HttpFields) -> None: ...
+    def start(self, status: int, headers: HttpFields) -> None: ...
 
     def write(self, chunk: bytes) -> None: ...
 
@@ -91,7 +123,7 @@ def define_http(instance: LinkerInstance, imported: dict[str, FuncType]) -> None
 
     def start(store: Any, this: Any, status: int, headers: Any) -> None:
         writer = writers_of(scope_of(store)).get(abi.resource_rep(store, this))
-        writer.start(status, abi.http_fields_from_wit(headers))
+        writer.start(status, http_fields_from_wit(headers))
         _extend_epoch(store, writer)
 
     def write(store: Any, this: Any, chunk: bytes) -> None:

@@ -9,11 +9,21 @@ grant's key), and only declared ones (else `no-such-store`). Buckets and compare
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from wasmtime.component import FuncType, LinkerInstance, ResourceType
+from wasmtime.component import (
+    FuncType,
+    LinkerInstance,
+    Record,
+    ResourceHost,
+    ResourceType,
+    ResultType,
+    ValType,
+    Variant,
+    VariantType,
+)
 
 from llmhost.domain.errors import AccessDenied, LlmError, StoreFailure
 from llmhost.domain.limits import MAX_KV_HANDLES
@@ -128,7 +138,7 @@ def define_keyvalue(
             "[method]bucket.set": (on_bucket(lambda s, key, value, **t: s.set(key, bytes(value), **t)), nothing),
             "[method]bucket.delete": (on_bucket(Store.delete), nothing),
             "[method]bucket.exists": (on_bucket(Store.exists), identity),
-            "[method]bucket.list-keys": (on_bucket(Store.list_keys), lambda page: abi.key_response_to_wit(*page)),
+            "[method]bucket.list-keys": (on_bucket(Store.list_keys), lambda page: key_response_to_wit(*page)),
         }
         define_functions(instance, imported, fallible, scrub=grants.scrub, traced="keyvalue")
     elif name == KEYVALUE_ATOMICS:
@@ -142,8 +152,8 @@ def define_keyvalue(
         define_functions(instance, imported, fallible, plain, scrub=grants.scrub, traced="keyvalue")
     elif name == KEYVALUE_BATCH:
         fallible = {
-            "get-many": (get_many, abi.optional_key_values_to_wit),
-            "set-many": (on_bucket(lambda s, pairs, **t: s.set_many(abi.key_values_from_wit(pairs), **t)), nothing),
+            "get-many": (get_many, optional_key_values_to_wit),
+            "set-many": (on_bucket(lambda s, pairs, **t: s.set_many(key_values_from_wit(pairs), **t)), nothing),
             "delete-many": (on_bucket(lambda s, keys, **t: s.delete_many([str(k) for k in keys], **t)), nothing),
         }
         define_functions(instance, imported, fallible, scrub=grants.scrub, traced="keyvalue")
@@ -160,7 +170,7 @@ def _swap(
 ) -> Callable[..., Any]:
     """`swap(cas, value)`: consumes the `cas`. Its error type is not the plain `error`, so it is encoded here, and
     (like every host function) it never raises: a failure is a value."""
-    encoder = abi.CasSwapEncoder.from_wit(func_type.result)
+    encoder = CasSwapEncoder.from_wit(func_type.result)
 
     def swap(store: Any, handle: Any, value: bytes) -> Any:
         try:
@@ -189,3 +199,53 @@ def _dropped(table: Callable[[Any], HandleTable[Any]]) -> Callable[[Any, int], N
             _log.debug("dropping key-value handle %d after its run ended", rep)
 
     return destructor
+
+
+# -- converters (wit/deps/keyvalue) --
+
+
+def key_response_to_wit(keys: Iterable[str], cursor: str | None) -> Record:
+    """`store.key-response`: one page of keys, and the cursor of the next (none: the last page)."""
+    return abi.record({"keys": [abi.string_to_wit(key) for key in keys], "cursor": cursor})
+
+
+def key_values_from_wit(pairs: Iterable[Any]) -> list[tuple[str, bytes]]:
+    """`list<tuple<string, list<u8>>>` -> (key, value) pairs."""
+    return [(str(key), bytes(value)) for key, value in pairs]
+
+
+def optional_key_values_to_wit(pairs: Iterable[tuple[str, bytes] | None]) -> list[tuple[str, bytes] | None]:
+    """`list<option<tuple<string, list<u8>>>>` (batch `get-many`)."""
+    return [None if pair is None else (abi.string_to_wit(pair[0]), bytes(pair[1])) for pair in pairs]
+
+
+@dataclass(frozen=True)
+class CasSwapEncoder:
+    """Values of `atomics.swap`'s `result<_, cas-error>`, where `cas-error` is `store-error(error)` or `cas-failed(cas)`
+    (an untagged variant in wasmtime-py: the payload's class picks the case), so `ResultEncoder` cannot build it."""
+
+    tagged: bool  # the result
+    cas_error_tagged: bool
+    errors: abi.ErrorEncoder
+
+    @classmethod
+    def from_wit(cls, result_type: ValType | None) -> CasSwapEncoder:
+        if not isinstance(result_type, ResultType) or not isinstance(result_type.err, VariantType):
+            raise TypeError("expected swap's result<_, cas-error>")
+        store_error = dict(result_type.err.cases).get("store-error")
+        if store_error is None:
+            raise TypeError("expected swap's cas-error to have a store-error case")
+        return cls(result_type._tagged(), result_type.err._tagged(), abi.ErrorEncoder.from_wit(store_error))
+
+    def ok(self) -> Any:
+        return Variant("ok", None) if self.tagged else None
+
+    def store_error(self, error: LlmError) -> Any:
+        value = self.errors.encode(error)
+        return self._err(Variant("store-error", value) if self.cas_error_tagged else value)
+
+    def cas_failed(self, cas: ResourceHost) -> Any:
+        return self._err(Variant("cas-failed", cas) if self.cas_error_tagged else cas)
+
+    def _err(self, value: Any) -> Any:
+        return Variant("err", value) if self.tagged else value

@@ -10,6 +10,15 @@ from wasmtime.component import FuncType, LinkerInstance, ResourceType
 
 from llmhost import telemetry
 from llmhost.domain.types import ModelInfo
+from llmhost.interfaces.llm_values import (
+    embeddings_to_wit,
+    inference_result_to_wit,
+    model_info_to_wit,
+    params_from_wit,
+    params_to_wit,
+    stream_event_to_wit,
+    tokens_to_wit,
+)
 from llmhost.interfaces.streams import STREAM_TYPE_ID, scope_streams, stream_dropped
 from llmhost.interfaces.versions import current, interface_names
 from llmhost.run.service import LlmService, ScopeLimits
@@ -35,37 +44,35 @@ def define_llm(
     def open_stream(store: Any, model: str, prompt: str, params: Any) -> int:
         streams = scope_streams(store, limits)
         streams.check_room()
-        opened = lambda: service.infer_stream(model, prompt, abi.params_from_wit(params), scope_of(store))  # noqa: E731
+        opened = lambda: service.infer_stream(model, prompt, params_from_wit(params), scope_of(store))  # noqa: E731
         return streams.open(telemetry.stream("infer-stream", model, params, opened))
 
     bindings: dict[str, tuple[Callable[..., Any], Callable[[Any], Any]]] = {
         "infer": (
-            lambda store, model, prompt, params: service.infer(
-                model, prompt, abi.params_from_wit(params), scope_of(store)
-            ),
-            abi.inference_result_to_wit,
+            lambda store, model, prompt, params: service.infer(model, prompt, params_from_wit(params), scope_of(store)),
+            inference_result_to_wit,
         ),
-        "tokenize": (lambda store, model, text: service.tokenize(model, text, scope_of(store)), abi.tokens_to_wit),
-        "get-model-info": (lambda store, model: service.model_info(model, scope_of(store)), abi.model_info_to_wit),
-        "default-params": (lambda store, model: service.default_params(model, scope_of(store)), abi.params_to_wit),
+        "tokenize": (lambda store, model, text: service.tokenize(model, text, scope_of(store)), tokens_to_wit),
+        "get-model-info": (lambda store, model: service.model_info(model, scope_of(store)), model_info_to_wit),
+        "default-params": (lambda store, model: service.default_params(model, scope_of(store)), params_to_wit),
         "get-model-kind": (lambda store, model: service.model_kind(model, scope_of(store)), str),
         "generate-embeddings": (
             lambda store, model, texts: service.embeddings(model, texts, scope_of(store)),
-            abi.embeddings_to_wit,
+            embeddings_to_wit,
         ),
         "generate-embeddings-for-tokens": (
             lambda store, model, inputs: service.embeddings(model, [list(i) for i in inputs], scope_of(store)),
-            abi.embeddings_to_wit,
+            embeddings_to_wit,
         ),
         "infer-stream": (open_stream, lambda rep: abi.own_resource(rep, STREAM_TYPE_ID)),
         "[method]inference-stream.next": (
             lambda store, this: scope_streams(store, limits).next(abi.resource_rep(store, this)),
-            abi.stream_event_to_wit,
+            stream_event_to_wit,
         ),
     }
     # Functions that cannot fail (no result type): a host error here would trap, so they must not raise.
     infallible: dict[str, Callable[[Any], Any]] = {
-        "list-models": lambda _store: [abi.model_info_to_wit(info) for info in _listed(service)],
+        "list-models": lambda _store: [model_info_to_wit(info) for info in _listed(service)],
     }
     if "infer-stream" in imported or "[method]inference-stream.next" in imported:
         instance.add_resource("inference-stream", ResourceType.host(STREAM_TYPE_ID), stream_dropped(limits, "stream"))

@@ -18,14 +18,15 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from wasmtime.component import FuncType, LinkerInstance, ResourceType
+from wasmtime.component import FuncType, LinkerInstance, Record, ResourceHost, ResourceType
 
 from llmhost.domain.limits import MAX_BODY_READ_BYTES
 from llmhost.grants import Grants, GrantServices
 from llmhost.grants.outbound.cancel import Cancellation
-from llmhost.grants.outbound.messages import OutboundResponse
+from llmhost.grants.outbound.messages import OutboundRequest, OutboundResponse
 from llmhost.grants.outbound.policy import RequestBudget
 from llmhost.interfaces.handover import hand_over
+from llmhost.interfaces.http import http_fields_from_wit, http_fields_to_wit
 from llmhost.interfaces.versions import interface_names
 from llmhost.run.scope import HandleTable
 from llmhost.runtime import abi
@@ -82,7 +83,7 @@ def define_outbound_http(
         scope.attach(cancellation)  # cancelled with the run, as its generations are (at once, if it already was)
         try:
             return services.outbound(grants.key).send(
-                abi.outbound_request_from_wit(request),
+                outbound_request_from_wit(request),
                 grants.allowed_hosts,
                 grants.key,
                 max_response_bytes=grants.max_response_bytes,
@@ -101,7 +102,7 @@ def define_outbound_http(
     def send_streamed(store: Any, request: Any) -> Any:
         response = exchange(store, request)
         handle = abi.own_resource(bodies(store).add(IncomingBody(response.body)), BODY_TYPE_ID)
-        return abi.streamed_response_to_wit(response, handle)
+        return streamed_response_to_wit(response, handle)
 
     def read(store: Any, handle: Any, most: int) -> bytes:
         body = bodies(store).get(abi.resource_rep(store, handle))
@@ -116,7 +117,7 @@ def define_outbound_http(
         instance,
         imported,
         {
-            "send": (send, abi.outbound_response_to_wit),
+            "send": (send, outbound_response_to_wit),
             "send-streamed": (send_streamed, identity),
             "[method]incoming-body.read": (read, identity),
         },
@@ -130,3 +131,33 @@ def _dropped(store: Any, rep: int) -> None:
         bodies(store).pop(rep)
     except Exception:  # a run that has ended has nothing left to free; dropping must never trap
         _log.debug("dropping incoming body %d after its run ended", rep)
+
+
+# -- converters (wit/outbound-http.wit): the request a guest sends, the response it gets --
+
+
+def outbound_request_from_wit(value: Any) -> OutboundRequest:
+    """The WIT `outbound-http.request` record -> `OutboundRequest` (checked by `grants.outbound.policy`)."""
+    timeout_ms = getattr(value, "timeout-ms")
+    return OutboundRequest(
+        method=str(value.method),
+        url=str(value.url),
+        headers=tuple(http_fields_from_wit(value.headers)),
+        body=None if value.body is None else bytes(value.body),
+        timeout_s=None if timeout_ms is None else int(timeout_ms) / 1000,
+    )
+
+
+def outbound_response_to_wit(response: OutboundResponse) -> Record:
+    return abi.record(
+        {
+            "status": response.status,
+            "headers": http_fields_to_wit(response.headers),
+            "body": bytes(response.body),
+        }
+    )
+
+
+def streamed_response_to_wit(response: OutboundResponse, body: ResourceHost) -> Record:
+    """0.2.4's `streamed-response`: the status and headers, the body as an `incoming-body` handle."""
+    return abi.record({"status": response.status, "headers": http_fields_to_wit(response.headers), "body": body})

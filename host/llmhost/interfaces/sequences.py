@@ -6,12 +6,14 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from wasmtime.component import FuncType, LinkerInstance, ResourceType
+from wasmtime.component import FuncType, LinkerInstance, Record, ResourceHost, ResourceType
 
 from llmhost import telemetry
 from llmhost.domain.errors import InvalidInput
 from llmhost.domain.limits import MAX_OPEN_SEQUENCES_KEY, MAX_SEQUENCE_MB_KEY
+from llmhost.domain.types import BeamParams
 from llmhost.engine.base import TokenSequence
+from llmhost.interfaces import llm_values
 from llmhost.interfaces.streams import STREAM_TYPE_ID, scope_streams
 from llmhost.interfaces.versions import current, interface_names
 from llmhost.run.scope import HandleTable
@@ -83,7 +85,7 @@ def define_sequences(
     def beam_search(store: Any, this: Any, params: Any) -> Any:
         table = scope_sequences(store, limits)
         sequence = table.get(abi.resource_rep(store, this))
-        beam_params = abi.beam_params_from_wit(params)
+        beam_params = beam_params_from_wit(params)
         if len(table) + beam_params.width > limits.max_open_sequences:
             table.check_room()  # names the quota key
             raise InvalidInput(
@@ -92,13 +94,13 @@ def define_sequences(
             )
         check_memory(table)
         beams = sequence.beam_search(beam_params)
-        return [abi.beam_to_wit(own(store, beam), score) for beam, score in beams]
+        return [beam_to_wit(own(store, beam), score) for beam, score in beams]
 
     def generate_stream(store: Any, this: Any, params: Any) -> int:
         sequence = scope_sequences(store, limits).get(abi.resource_rep(store, this))
         streams = scope_streams(store, limits)
         streams.check_room()
-        opened = lambda: sequence.generate_stream(abi.params_from_wit(params))  # noqa: E731
+        opened = lambda: sequence.generate_stream(llm_values.params_from_wit(params))  # noqa: E731
         return streams.open(telemetry.stream("sequence.generate-stream", "", params, opened))
 
     # Functions returning result<T, error>: failures become `err` values.
@@ -110,8 +112,8 @@ def define_sequences(
         "[method]sequence.append": (method(lambda s, text: s.append(text)), nothing),
         "[method]sequence.append-tokens": (method(lambda s, tokens: s.append_tokens(list(tokens))), nothing),
         "[method]sequence.generate": (
-            method(lambda s, params: s.generate(abi.params_from_wit(params))),
-            abi.inference_result_to_wit,
+            method(lambda s, params: s.generate(llm_values.params_from_wit(params))),
+            llm_values.inference_result_to_wit,
         ),
         "[method]sequence.generate-stream": (generate_stream, lambda rep: abi.own_resource(rep, STREAM_TYPE_ID)),
         "[method]sequence.truncate": (method(lambda s, count: s.truncate(count)), nothing),
@@ -122,11 +124,11 @@ def define_sequences(
         "[method]sequence.beam-search": (beam_search, identity),
         "[method]sequence.append-tokens-with-logprobs": (
             method(lambda s, tokens, top: s.append_tokens_with_logprobs(list(tokens), top)),
-            abi.optional_logprobs_to_wit,
+            llm_values.optional_logprobs_to_wit,
         ),
         "[method]sequence.next-token-logprobs": (
             method(lambda s, top: s.next_token_logprobs(top)),
-            abi.top_logprobs_to_wit,
+            llm_values.top_logprobs_to_wit,
         ),
         "[method]sequence.fork": (
             opening(lambda _store, sequence: sequence.fork(), borrows=True),
@@ -136,7 +138,7 @@ def define_sequences(
     # Plain getters: they cannot fail on a live handle.
     getters: dict[str, Callable[[TokenSequence], Any]] = {
         "[method]sequence.text": lambda s: abi.string_to_wit(s.text()),
-        "[method]sequence.token-ids": lambda s: abi.tokens_to_wit(s.token_ids()),
+        "[method]sequence.token-ids": lambda s: llm_values.tokens_to_wit(s.token_ids()),
         "[method]sequence.len": lambda s: len(s),
         "[method]sequence.logprobs": lambda s: s.logprobs(),
         "[method]sequence.log-likelihood": lambda s: s.log_likelihood(),
@@ -158,3 +160,17 @@ def _dropped(limits: ScopeLimits) -> Callable[[Any, int], None]:
             _log.exception("closing sequence %d failed", rep)
 
     return destructor
+
+
+def beam_params_from_wit(value: Any) -> BeamParams:
+    """Validated (`check_beam_params`): raises `InvalidInput` naming the field."""
+    return BeamParams(
+        width=int(value.width),
+        max_tokens=int(getattr(value, "max-tokens")),
+        stop=tuple(str(s) for s in value.stop),
+        length_penalty=llm_values.shortest_f32(float(getattr(value, "length-penalty"))),
+    )
+
+
+def beam_to_wit(sequence: ResourceHost, score: float) -> Record:
+    return abi.record({"sequence": sequence, "score": float(score)})

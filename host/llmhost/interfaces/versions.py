@@ -1,7 +1,7 @@
 """The WIT package versions this host serves, and the full interface names of each.
 
 Every version is served by the same implementation: a component built against 0.1.0 imports the 0.1.0 names
-and gets host functions typed by its own (0.1.0) import types; the only conversion is in `abi` (0.2.0 fields
+and gets host functions typed by its own (0.1.0) import types; the only conversion is in `llm_values` (0.2.0 fields
 absent from a 0.1.0 params record take their defaults; 0.2.0 result fields are simply not lowered). Later
 versions add functions only (0.2.1: `default-params`; 0.2.2: `generate-embeddings-for-tokens` and
 `sequence.append-tokens-with-logprobs`; 0.2.3: the `outbound-http` interface and the `platform` world, which also

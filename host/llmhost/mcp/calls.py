@@ -31,11 +31,10 @@ from llmhost.domain.limits import SHUTDOWN_CANCEL_MARGIN_S
 from llmhost.mcp.schema import answer_type, object_schema, output_schema
 from llmhost.mcp.tools import ToolAnswer, ToolComponent, ToolSpec, clip, tool_specs
 from llmhost.run.scope import RunScope, TokenBudget
-from llmhost.serve.app import CLIENT_CLOSED_STATUS
-from llmhost.serve.component import LOG_DROPPED
-from llmhost.serve.config import ServeSettings
-from llmhost.serve.front import BODY_BYTES, CLIENT_GONE
-from llmhost.serve.metrics import RequestObserver
+from llmhost.shell.config import ServeSettings
+from llmhost.shell.front import BODY_BYTES, CLIENT_GONE
+from llmhost.shell.guest import CLIENT_CLOSED_STATUS, LOG_DROPPED
+from llmhost.shell.metrics import RequestObserver
 
 _log = logging.getLogger("llmhost.mcp")
 
@@ -309,7 +308,7 @@ def mcp_server(tools: ToolServer, watching: bool = False) -> Any:
             async def report(progress: float, message: str) -> None:
                 await ctx.session.report_progress(progress, None, message)
 
-        # Over HTTP, what the front knows of the request that carried the call (`serve.front.Guarded`).
+        # Over HTTP, what the front knows of the request that carried the call (`shell.front.Guarded`).
         http = getattr(getattr(ctx, "request", None), "scope", None) or {}
         answer = await tools.call(params.name, params.arguments, report, http.get(CLIENT_GONE), http.get(BODY_BYTES, 0))
         if answer.protocol_error:

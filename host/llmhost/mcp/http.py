@@ -1,4 +1,4 @@
-"""`llmhost mcp --listen`: the SDK's Streamable HTTP app (at `/mcp`) behind serve's front (`serve.front`).
+"""`llmhost mcp --listen`: the SDK's Streamable HTTP app (at `/mcp`) behind the shared front (`shell.front`).
 
 The front gives it serve's header timeout, connection cap, body timeout and limit, framing checks and graceful
 shutdown, each refusal a JSON-RPC error an MCP client shows; API keys are checked before a body is read. The front
@@ -21,8 +21,8 @@ from typing import Any
 import anyio
 
 from llmhost.mcp.calls import ToolServer, mcp_server
-from llmhost.serve.auth import ApiKeys
-from llmhost.serve.front import (
+from llmhost.shell.auth import ApiKeys
+from llmhost.shell.front import (
     CLIENT_GONE,
     Front,
     Gate,
@@ -36,8 +36,8 @@ from llmhost.serve.front import (
     front_server,
     url_host,
 )
-from llmhost.serve.probes import Readiness
-from llmhost.serve.watch import Watcher
+from llmhost.shell.probes import Readiness
+from llmhost.shell.watch import Watcher
 
 _log = logging.getLogger("llmhost.mcp")
 
@@ -129,7 +129,7 @@ def serve_http(tools: ToolServer, readiness: Readiness, watcher: Watcher[Any] | 
     `watcher` (`--watch`) watches from the start until the shutdown begins."""
     from sse_starlette.sse import AppStatus
 
-    from llmhost.serve.server import fit_connections
+    from llmhost.shell.hosting import fit_connections
 
     settings = tools.settings
     front = front_of(settings)

@@ -13,7 +13,7 @@ import anyio
 
 from llmhost.domain.limits import DEFAULT_MODEL
 from llmhost.mcp.calls import ToolServer, mcp_server
-from llmhost.serve.config import ServeSettings
+from llmhost.shell.config import ServeSettings
 
 _log = logging.getLogger("llmhost.mcp")
 
@@ -33,8 +33,8 @@ def run(settings: ServeSettings, stdio: bool, log_level: str = "info", watch: bo
     `http://LISTEN/mcp` (until SIGINT/SIGTERM, then drained as serve is); returns the exit status. Logs go to
     stderr: on stdio, stdout is the protocol's. `watch`: rebuild a component when its guest directory changes."""
     from llmhost.mcp.tools import ToolComponent
-    from llmhost.serve.probes import Readiness
-    from llmhost.serve.server import configure_logging, observed_host, watcher_for
+    from llmhost.shell.hosting import configure_logging, observed_host, watcher_for
+    from llmhost.shell.probes import Readiness
 
     configure_logging(log_level)
     readiness = Readiness()

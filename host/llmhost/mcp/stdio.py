@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 
 from llmhost.mcp.tools import clip
-from llmhost.serve.watch import Watcher
+from llmhost.shell.watch import Watcher
 
 _log = logging.getLogger("llmhost.mcp")
 

@@ -16,7 +16,7 @@ from typing import Any
 from wasmtime import Store, WasmtimeError
 
 from llmhost import telemetry
-from llmhost.api import Host, LinkedComponent, _cause
+from llmhost.api import Host, LinkedComponent, wasm_cause
 from llmhost.domain.limits import ALLOWED_MODELS_KEY, MAX_REASON_CHARS
 from llmhost.interfaces.http import HANDLER_INTERFACES
 from llmhost.mcp.schema import answer_type, structured
@@ -24,8 +24,8 @@ from llmhost.run.scope import RunScope
 from llmhost.runtime.components import store_file
 from llmhost.runtime.exports import ArgumentError, ExportedFunction, export_index, exported_functions, lift, lower
 from llmhost.runtime.sandbox import new_store
-from llmhost.serve.component import TRAP, GuestFailure, GuestOutput, guest_failure
-from llmhost.serve.config import ComponentSettings
+from llmhost.shell.config import ComponentSettings
+from llmhost.shell.guest import TRAP, GuestFailure, GuestOutput, guest_failure
 from llmhost.toolchains.wit_docs import read_docs
 
 _log = logging.getLogger("llmhost.mcp")
@@ -191,7 +191,7 @@ class ToolComponent:
             try:
                 instance = self.linked.linker.instantiate(store, self.linked.component)
             except WasmtimeError as error:
-                failure = GuestFailure(500, f"{self.name} cannot be instantiated: {_cause(str(error))}", TRAP)
+                failure = GuestFailure(500, f"{self.name} cannot be instantiated: {wasm_cause(str(error))}", TRAP)
                 return ToolAnswer(failure.reason, is_error=True, failure=failure.kind, status=failure.status)
             func = instance.get_func(store, export_index(self.linked.component, function))
             assert func is not None  # described from this component's type

@@ -1,16 +1,21 @@
-"""The only module that knows wasmtime-py's dynamic component values.
+"""The only module that knows wasmtime-py's dynamic component values, generically.
 
 WIT records are `wasmtime.component.Record` objects whose attributes are the WIT field names as written
 (kebab-case: `getattr(rec, "max-tokens")`), enums are plain strings, options are `None` or the value, and
 `result`/`variant` values are either the bare payload or `Variant(tag, payload)` depending on whether
-wasmtime-py "tags" the type (see `ResultEncoder`). Everything else in the host works with `llmhost.domain.types`.
+wasmtime-py "tags" the type (see `ResultEncoder`).
+
+Here: the generic lowering (records, strings, u32s, resources, HTTP fields), the result and error encoding, and
+the registration of an interface's functions (`define_functions`, `guarded`). Each interface's own converters
+(WIT values <-> `llmhost.domain.types` and the grants' messages) live beside it in `llmhost.interfaces`
+(`llm_values.py`, `chat.py`, `sequences.py`, `keyvalue.py`, `outbound_http.py`), so `runtime` knows no domain
+type and nothing of `grants`.
 """
 
 from __future__ import annotations
 
 import logging
-import struct
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,34 +34,8 @@ from wasmtime.component import (
 )
 
 from llmhost import telemetry
-from llmhost.domain.errors import InvalidInput, LlmError
+from llmhost.domain.errors import LlmError
 from llmhost.domain.limits import U32_MAX
-from llmhost.domain.types import (
-    DEFAULT_PARAMS,
-    BeamParams,
-    ChatEvent,
-    ChatMessage,
-    ChatParams,
-    ChatResult,
-    ChatRole,
-    Constraint,
-    EmbeddingsResult,
-    InferenceResult,
-    InferencingParams,
-    LogitBias,
-    ModelInfo,
-    StreamChunk,
-    StreamDone,
-    StreamEvent,
-    TokenLogprob,
-    Tool,
-    ToolCall,
-    ToolCallDelta,
-    ToolChoice,
-    TopLogprob,
-    Usage,
-)
-from llmhost.grants.outbound.messages import OutboundRequest, OutboundResponse
 from llmhost.runtime import lists
 from llmhost.runtime.host_funcs import add_func
 
@@ -64,111 +43,16 @@ _log = logging.getLogger(__name__)
 # Lists of bytes and numbers cross between host and guest in milliseconds instead of a ctypes call per element.
 FAST_LISTS = lists.install()
 
-# WIT field name -> `InferencingParams` attribute, in WIT order. Fields marked 0.2.0 are absent from a 0.1.0
-# component's record: they take their defaults (the whole of the 0.1.0 -> 0.2.0 conversion of params).
-_PARAM_FIELDS = {
-    "max-tokens": "max_tokens",
-    "repeat-penalty": "repeat_penalty",
-    "repeat-penalty-last-n-token-count": "repeat_penalty_last_n_token_count",
-    "stop": "stop",
-    "temperature": "temperature",
-    "top-k": "top_k",
-    "top-p": "top_p",
-    "seed": "seed",
-}
-_PARAM_FIELDS_0_2 = {
-    "constraint": "constraint",
-    "logprobs": "logprobs",
-    "frequency-penalty": "frequency_penalty",
-    "presence-penalty": "presence_penalty",
-    "logit-bias": "logit_bias",
-}
-_F32_FIELDS = ("repeat_penalty", "temperature", "top_p", "frequency_penalty", "presence_penalty")
-_MISSING = object()
+
+def record(fields: Mapping[str, Any]) -> Record:
+    """A WIT record from its fields, named as the WIT writes them (kebab-case)."""
+    value = Record()
+    for name, field_value in fields.items():
+        setattr(value, name, field_value)
+    return value
 
 
-def params_from_wit(record: Any | None) -> InferencingParams:
-    """`option<inferencing-params>` -> validated params; `none` means the documented defaults.
-
-    Raises `InvalidInput` naming the field for out-of-range values (NaN, empty stops, ...): the one place guest
-    params are checked (`InferencingParams` validates when constructed).
-    """
-    if record is None:
-        return DEFAULT_PARAMS
-    values = {attr: getattr(record, wit_name) for wit_name, attr in _PARAM_FIELDS.items()}
-    for wit_name, attr in _PARAM_FIELDS_0_2.items():
-        value = getattr(record, wit_name, _MISSING)
-        if value is not _MISSING:
-            values[attr] = value
-    values["stop"] = tuple(values["stop"])
-    for name in _F32_FIELDS:
-        if name in values:
-            values[name] = _shortest_f32(values[name])
-    if values.get("constraint") is not None:
-        values["constraint"] = constraint_from_wit(values["constraint"])
-    if "logit_bias" in values:
-        values["logit_bias"] = tuple(
-            LogitBias(token_id=int(getattr(e, "token-id")), bias=_shortest_f32(float(e.bias)))
-            for e in values["logit_bias"]
-        )
-    return InferencingParams(**values)
-
-
-def constraint_from_wit(value: Any) -> Constraint:
-    """The WIT variant `constraint` (lifted as `Variant(tag, payload)`) -> `Constraint`."""
-    tag, payload = (value.tag, value.payload) if isinstance(value, Variant) else (str(value), None)
-    if tag == "choice":
-        return Constraint.choice(tuple(str(option) for option in payload or ()))
-    if tag == "json-object":
-        return Constraint.json_object()
-    if tag in ("json-schema", "regex", "grammar"):
-        return Constraint(kind=tag, text=str(payload))
-    raise InvalidInput(f"unknown constraint kind {tag!r}")
-
-
-def constraint_to_wit(constraint: Constraint) -> Variant:
-    if constraint.kind == "choice":
-        return Variant("choice", list(constraint.options))
-    if constraint.kind == "json-object":
-        return Variant("json-object")
-    return Variant(constraint.kind, constraint.text)
-
-
-def _shortest_f32(value: float) -> float:
-    """The shortest decimal with the same f32 value: a guest's 0.8 arrives as 0.800000011920929, and messages,
-    logs and equality checks should see 0.8, as the guest wrote it."""
-    try:
-        exact = struct.pack("<f", value)
-    except OverflowError:  # not an f32 at all (only possible from Python callers)
-        return value
-    for digits in range(1, 10):
-        candidate = float(f"{value:.{digits}g}")
-        try:
-            if struct.pack("<f", candidate) == exact:
-                return candidate
-        except OverflowError:  # rounding near the largest f32 can step past it
-            continue
-    return value  # NaN payloads and the like: keep as is (validation rejects NaN anyway)
-
-
-def params_to_wit(params: InferencingParams) -> Record:
-    """The inverse of `params_from_wit` (used by tests and by host-side callers of guest exports)."""
-    values = {wit_name: getattr(params, attr) for wit_name, attr in {**_PARAM_FIELDS, **_PARAM_FIELDS_0_2}.items()}
-    values["stop"] = list(values["stop"])
-    if params.constraint is not None:
-        values["constraint"] = constraint_to_wit(params.constraint)
-    values["logit-bias"] = [_record({"token-id": e.token_id, "bias": e.bias}) for e in params.logit_bias]
-    return _record(values)
-
-
-def _record(fields: Mapping[str, Any]) -> Record:
-    record = Record()
-    for name, value in fields.items():
-        setattr(record, name, value)
-    return record
-
-
-def _u32(value: int, what: str) -> int:
+def u32(value: int, what: str) -> int:
     # An out-of-range integer would fail inside wasmtime's lowering, after our error handling, and trap the
     # guest; checking here turns an engine bug into a `runtime-error` instead.
     if not 0 <= value <= U32_MAX:
@@ -177,11 +61,7 @@ def _u32(value: int, what: str) -> int:
 
 
 def string_to_wit(value: str) -> str:
-    return _string(value)
-
-
-def _string(value: str) -> str:
-    # Lone surrogates cannot be lowered to a WIT string (same reason as `_u32`); raises UnicodeEncodeError.
+    # Lone surrogates cannot be lowered to a WIT string (same reason as `u32`); raises UnicodeEncodeError.
     value.encode("utf-8")
     return value
 
@@ -189,91 +69,6 @@ def _string(value: str) -> str:
 def _safe_string(value: str) -> str:
     """For error messages, which must always lower: replace what cannot be encoded instead of raising."""
     return value.encode("utf-8", "replace").decode("utf-8")
-
-
-def usage_to_wit(usage: Usage) -> Record:
-    return _record(
-        {
-            "prompt-token-count": _u32(usage.prompt_token_count, "prompt-token-count"),
-            "generated-token-count": _u32(usage.generated_token_count, "generated-token-count"),
-        }
-    )
-
-
-def inference_result_to_wit(result: InferenceResult) -> Record:
-    # `logprobs` is a 0.2.0 field: lowering reads only the fields of the component's own type, so a 0.1.0
-    # component gets the same record without it.
-    return _record(
-        {
-            "finish-reason": result.finish_reason.value,
-            "text": _string(result.text),
-            "usage": usage_to_wit(result.usage),
-            "logprobs": logprobs_to_wit(result.logprobs),
-        }
-    )
-
-
-def logprobs_to_wit(entries: Iterable[TokenLogprob]) -> list[Record]:
-    return [
-        _record(
-            {
-                "token-id": _u32(entry.token_id, "token id"),
-                "bytes": entry.bytes,
-                "logprob": entry.logprob,
-                "top": top_logprobs_to_wit(entry.top),
-            }
-        )
-        for entry in entries
-    ]
-
-
-def optional_logprobs_to_wit(entries: Iterable[TokenLogprob | None]) -> list[Record | None]:
-    """`list<option<token-logprob>>`: `None` stays `none`."""
-    return [None if entry is None else logprobs_to_wit([entry])[0] for entry in entries]
-
-
-def top_logprobs_to_wit(entries: Iterable[TopLogprob]) -> list[Record]:
-    return [
-        _record({"token-id": _u32(top.token_id, "token id"), "bytes": top.bytes, "logprob": top.logprob})
-        for top in entries
-    ]
-
-
-def tokens_to_wit(tokens: Iterable[int]) -> list[int]:
-    return [_u32(t, "token id") for t in tokens]
-
-
-def model_info_to_wit(info: ModelInfo) -> Record:
-    return _record(
-        {
-            "name": _string(info.name),
-            "context-length": _u32(info.context_length, "context-length"),
-            "vocab-size": _u32(info.vocab_size, "vocab-size"),
-        }
-    )
-
-
-def embeddings_to_wit(result: EmbeddingsResult) -> Record:
-    usage = _record({"prompt-token-count": _u32(result.prompt_token_count, "prompt-token-count")})
-    return _record({"embeddings": [[float(x) for x in vector] for vector in result.embeddings], "usage": usage})
-
-
-def stream_event_to_wit(event: StreamEvent | None) -> Variant | None:
-    """`option<stream-event>`: `stream-event` is a tagged variant (both cases are records)."""
-    if event is None:
-        return None
-    if isinstance(event, StreamChunk):
-        chunk = _record(
-            {
-                "text": _string(event.text),
-                "token-ids": tokens_to_wit(event.token_ids),
-                "usage": usage_to_wit(event.usage),
-                "logprobs": logprobs_to_wit(event.logprobs),
-            }
-        )
-        return Variant("chunk", chunk)
-    assert isinstance(event, StreamDone)
-    return Variant("done", _record({"finish-reason": event.finish_reason.value, "usage": usage_to_wit(event.usage)}))
 
 
 def own_resource(rep: int, type_id: int) -> ResourceHost:
@@ -430,211 +225,6 @@ def guarded(
     return host_function
 
 
-# -- wasi:keyvalue (wit/deps/keyvalue) -----------------------------------------------------------------------------
-
-
-def key_response_to_wit(keys: Iterable[str], cursor: str | None) -> Record:
-    """`store.key-response`: one page of keys, and the cursor of the next (none: the last page)."""
-    return _record({"keys": [_string(key) for key in keys], "cursor": cursor})
-
-
-def key_values_from_wit(pairs: Iterable[Any]) -> list[tuple[str, bytes]]:
-    """`list<tuple<string, list<u8>>>` -> (key, value) pairs."""
-    return [(str(key), bytes(value)) for key, value in pairs]
-
-
-def optional_key_values_to_wit(pairs: Iterable[tuple[str, bytes] | None]) -> list[tuple[str, bytes] | None]:
-    """`list<option<tuple<string, list<u8>>>>` (batch `get-many`)."""
-    return [None if pair is None else (_string(pair[0]), bytes(pair[1])) for pair in pairs]
-
-
-@dataclass(frozen=True)
-class CasSwapEncoder:
-    """Values of `atomics.swap`'s `result<_, cas-error>`, where `cas-error` is `store-error(error)` or `cas-failed(cas)`
-    (an untagged variant in wasmtime-py: the payload's class picks the case), so `ResultEncoder` cannot build it."""
-
-    tagged: bool  # the result
-    cas_error_tagged: bool
-    errors: ErrorEncoder
-
-    @classmethod
-    def from_wit(cls, result_type: ValType | None) -> CasSwapEncoder:
-        if not isinstance(result_type, ResultType) or not isinstance(result_type.err, VariantType):
-            raise TypeError("expected swap's result<_, cas-error>")
-        store_error = dict(result_type.err.cases).get("store-error")
-        if store_error is None:
-            raise TypeError("expected swap's cas-error to have a store-error case")
-        return cls(result_type._tagged(), result_type.err._tagged(), ErrorEncoder.from_wit(store_error))
-
-    def ok(self) -> Any:
-        return Variant("ok", None) if self.tagged else None
-
-    def store_error(self, error: LlmError) -> Any:
-        value = self.errors.encode(error)
-        return self._err(Variant("store-error", value) if self.cas_error_tagged else value)
-
-    def cas_failed(self, cas: ResourceHost) -> Any:
-        return self._err(Variant("cas-failed", cas) if self.cas_error_tagged else cas)
-
-    def _err(self, value: Any) -> Any:
-        return Variant("err", value) if self.tagged else value
-
-
-# -- HTTP (wit/http.wit): requests, responses and the response-writer handle -------------------------------------
-
-HttpFields = list[tuple[str, str]]
-
-
-def http_request_to_wit(method: str, path_with_query: str, headers: HttpFields, body: bytes) -> Record:
-    """The WIT `http.request` record passed to `handler.handle`."""
-    return _record(
-        {
-            "method": _string(method),
-            "path-with-query": _string(path_with_query),
-            "headers": http_fields_to_wit(headers),
-            "body": bytes(body),
-        }
-    )
-
-
-def http_fields_from_wit(value: Any) -> HttpFields:
-    """`fields` (a list of string pairs) -> a list of `(name, value)` tuples."""
-    return [(str(name), str(field_value)) for name, field_value in value]
-
-
-def http_fields_to_wit(fields: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """`(name, value)` pairs -> WIT `fields` (`http` and `outbound-http` alike)."""
-    return [(_string(name), _string(value)) for name, value in fields]
-
-
-def http_response_from_wit(value: Any) -> tuple[int, HttpFields, bytes]:
-    """The `http.response` record `handler.handle` returned -> (status, headers, body)."""
-    return int(value.status), http_fields_from_wit(value.headers), bytes(value.body)
-
-
 def borrow_resource(rep: int, type_id: int) -> ResourceHost:
     """A borrowed handle to a host resource, to pass to a guest export for the duration of one call."""
     return ResourceHost.borrow(rep, type_id)
-
-
-# -- chat (wit/llm.wit, 0.2.0) ------------------------------------------------------------------------------------
-
-
-def chat_messages_from_wit(values: Iterable[Any]) -> list[ChatMessage]:
-    return [
-        ChatMessage(
-            role=ChatRole(str(value.role)),
-            content=value.content,
-            tool_calls=tuple(
-                ToolCall(id=str(call.id), name=str(call.name), arguments=str(call.arguments))
-                for call in getattr(value, "tool-calls")
-            ),
-            tool_call_id=getattr(value, "tool-call-id"),
-        )
-        for value in values
-    ]
-
-
-def tools_from_wit(values: Iterable[Any]) -> tuple[Tool, ...]:
-    return tuple(Tool(name=str(v.name), description=v.description, parameters=str(v.parameters)) for v in values)
-
-
-def chat_params_from_wit(value: Any | None) -> ChatParams:
-    """`option<chat-params>` -> validated `ChatParams` (raises `InvalidInput` as `params_from_wit` does)."""
-    if value is None:
-        return ChatParams()
-    choice = getattr(value, "tool-choice")
-    tag, payload = (choice.tag, choice.payload) if isinstance(choice, Variant) else (str(choice), None)
-    return ChatParams(
-        inferencing=params_from_wit(value.inferencing),
-        tools=tools_from_wit(value.tools),
-        tool_choice=ToolChoice(kind=tag, name=payload),
-    )
-
-
-def chat_message_to_wit(message: ChatMessage) -> Record:
-    return _record(
-        {
-            "role": message.role.value,
-            "content": None if message.content is None else _string(message.content),
-            "tool-calls": [
-                _record({"id": _string(c.id), "name": _string(c.name), "arguments": _string(c.arguments)})
-                for c in message.tool_calls
-            ],
-            "tool-call-id": None if message.tool_call_id is None else _string(message.tool_call_id),
-        }
-    )
-
-
-def chat_result_to_wit(result: ChatResult) -> Record:
-    return _record(
-        {
-            "message": chat_message_to_wit(result.message),
-            "finish-reason": result.finish_reason.value,
-            "usage": usage_to_wit(result.usage),
-            "logprobs": logprobs_to_wit(result.logprobs),
-        }
-    )
-
-
-def chat_event_to_wit(event: ChatEvent | None) -> Variant | None:
-    """`option<chat-event>`."""
-    if event is None:
-        return None
-    if isinstance(event, ToolCallDelta):
-        delta = _record(
-            {
-                "index": _u32(event.index, "index"),
-                "id": None if event.id is None else _string(event.id),
-                "name": None if event.name is None else _string(event.name),
-                "arguments": _string(event.arguments),
-            }
-        )
-        return Variant("tool-call", delta)
-    wrapped = stream_event_to_wit(event)
-    assert wrapped is not None
-    return Variant("content", wrapped.payload) if wrapped.tag == "chunk" else wrapped
-
-
-def beam_params_from_wit(value: Any) -> BeamParams:
-    """Validated (`check_beam_params`): raises `InvalidInput` naming the field."""
-    return BeamParams(
-        width=int(value.width),
-        max_tokens=int(getattr(value, "max-tokens")),
-        stop=tuple(str(s) for s in value.stop),
-        length_penalty=_shortest_f32(float(getattr(value, "length-penalty"))),
-    )
-
-
-def beam_to_wit(sequence: ResourceHost, score: float) -> Record:
-    return _record({"sequence": sequence, "score": float(score)})
-
-
-# -- outbound HTTP (wit/outbound-http.wit, 0.2.3): the request a guest sends, the response it gets -----------------
-
-
-def outbound_request_from_wit(value: Any) -> OutboundRequest:
-    """The WIT `outbound-http.request` record -> `OutboundRequest` (checked by `grants.outbound.policy`)."""
-    timeout_ms = getattr(value, "timeout-ms")
-    return OutboundRequest(
-        method=str(value.method),
-        url=str(value.url),
-        headers=tuple(http_fields_from_wit(value.headers)),
-        body=None if value.body is None else bytes(value.body),
-        timeout_s=None if timeout_ms is None else int(timeout_ms) / 1000,
-    )
-
-
-def outbound_response_to_wit(response: OutboundResponse) -> Record:
-    return _record(
-        {
-            "status": response.status,
-            "headers": http_fields_to_wit(response.headers),
-            "body": bytes(response.body),
-        }
-    )
-
-
-def streamed_response_to_wit(response: OutboundResponse, body: ResourceHost) -> Record:
-    """0.2.4's `streamed-response`: the status and headers, the body as an `incoming-body` handle."""
-    return _record({"status": response.status, "headers": http_fields_to_wit(response.headers), "body": body})

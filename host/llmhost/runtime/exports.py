@@ -4,7 +4,8 @@
 result types, doc comments) is read once from the component's type, without an instance, into JSON-able
 descriptions (`WitType` trees) that are cached beside the compiled component. `lower` turns a JSON argument into
 the value wasmtime-py expects, checking it against the type and naming the field that does not fit; `lift` turns a
-returned value back into JSON. (abi.py does the same for the `llmhost:llm` types, whose shapes it knows.)
+returned value back into JSON. (interfaces/llm_values.py does the same for the `llmhost:llm` types, whose shapes
+it knows.)
 
 A `WitType` is a dict: `{"kind": "string"}`, `{"kind": "u32"}`, `{"kind": "list", "element": T}`,
 `{"kind": "record", "fields": [[name, T], ...]}`, `{"kind": "tuple", "elements": [T, ...]}`,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from llmhost.serve.config import AppConfig, ServeSettings, load_app_config, settings_for
+from llmhost.shell.config import AppConfig, ServeSettings, load_app_config, settings_for
 
 __all__ = ["AppConfig", "ServeSettings", "load_app_config", "run", "settings_for"]
 

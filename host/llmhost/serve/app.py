@@ -22,23 +22,15 @@ from typing import Any
 from llmhost import telemetry
 from llmhost.api import HostError
 from llmhost.domain.limits import DEADLINE_GRACE_S, DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_LOG_BYTES, MAX_REASON_CHARS
-from llmhost.interfaces.http import WriteClosed, WriteInvalid
+from llmhost.interfaces.http import HttpFields, WriteClosed, WriteInvalid
 from llmhost.run.scope import RunScope, TokenBudget
-from llmhost.runtime import abi
-from llmhost.serve.auth import ApiKeys, unauthorized_body
-from llmhost.serve.component import (
-    DEADLINE,
-    LOG_DROPPED,
-    GuestFailure,
-    HttpComponent,
-    HttpRequest,
-    HttpResponse,
-    escape_controls,
-)
-from llmhost.serve.config import ComponentSettings
+from llmhost.serve.component import HttpComponent, HttpRequest, HttpResponse
 from llmhost.serve.deadline import Deadline
-from llmhost.serve.front import read_body
-from llmhost.serve.metrics import NO_COMPONENT, RequestObserver
+from llmhost.shell.auth import ApiKeys, unauthorized_body
+from llmhost.shell.config import ComponentSettings
+from llmhost.shell.front import read_body
+from llmhost.shell.guest import CLIENT_CLOSED_STATUS, DEADLINE, LOG_DROPPED, GuestFailure, escape_controls
+from llmhost.shell.metrics import NO_COMPONENT, RequestObserver
 
 _log = logging.getLogger("llmhost.serve")
 _REQUEST_IDS = itertools.count(1)
@@ -55,11 +47,9 @@ _CLIENT_GONE = "the client disconnected"
 _SHUTDOWN = "the server is shutting down"
 # Statuses whose responses have no body (RFC 9110 §6.4.1): no content-length, no bytes.
 _NO_BODY = frozenset({204, 304})
-# Logged as the status of a request whose client left before any response was sent (nginx's convention).
-CLIENT_CLOSED_STATUS = 499
 
 
-def head_problem(status: int, headers: abi.HttpFields) -> str | None:
+def head_problem(status: int, headers: HttpFields) -> str | None:
     """Why HTTP cannot send this status and these headers (None: it can)."""
     if not 200 <= status <= 599:
         return f"status {status} is not a final HTTP status (200-599)"
@@ -79,7 +69,7 @@ def _latin1(value: str) -> bool:
     return True
 
 
-def _encode_headers(headers: abi.HttpFields) -> list[tuple[bytes, bytes]]:
+def _encode_headers(headers: HttpFields) -> list[tuple[bytes, bytes]]:
     return [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers if n.lower() not in FRAMING_HEADERS]
 
 
@@ -423,7 +413,7 @@ class Exchange:
 
     # -- called (through ThreadWriter) for the guest's writer ---------------------------------------------
 
-    async def send_head(self, status: int, headers: abi.HttpFields) -> None:
+    async def send_head(self, status: int, headers: HttpFields) -> None:
         async with self._send_lock:
             if self.closed is not None:
                 raise WriteClosed(self.closed)
@@ -475,7 +465,7 @@ class ThreadWriter:
         self._deadline = deadline
         self._started = False
 
-    def start(self, status: int, headers: abi.HttpFields) -> None:
+    def start(self, status: int, headers: HttpFields) -> None:
         if self._started:
             raise WriteInvalid("start was already called: a response has one status line")
         problem = head_problem(status, headers)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,17 +10,20 @@ from wasmtime import Store, WasmtimeError
 from wasmtime.component import ComponentInstanceType, FuncType
 
 from llmhost import telemetry
-from llmhost.api import Host, LoadError, _cause, check_imports
+from llmhost.api import Host, LoadError, check_imports, wasm_cause
 from llmhost.domain.errors import LlmError
-from llmhost.domain.limits import ALLOWED_MODELS_KEY, DEFAULT_MAX_LOG_BYTES, MAX_REASON_CHARS
+from llmhost.domain.limits import ALLOWED_MODELS_KEY, DEFAULT_MAX_LOG_BYTES
 from llmhost.grants.transfers import lowered_cost
 from llmhost.interfaces.http import (
     HANDLE_EXPORT,
     HANDLER_INTERFACES,
     HTTP_INTERFACES,
     WRITER_TYPE_ID,
+    HttpFields,
     ResponseWriter,
     define_http,
+    http_request_to_wit,
+    http_response_from_wit,
     writers_of,
 )
 from llmhost.interfaces.linker import GRANT_INTERFACES
@@ -30,29 +32,9 @@ from llmhost.interfaces.sequences import INTERFACES as SEQUENCES_INTERFACES
 from llmhost.run.scope import RunScope
 from llmhost.runtime import abi
 from llmhost.runtime.host_funcs import hold_until_lowered
-from llmhost.runtime.sandbox import CapturedOutput, new_store
-from llmhost.serve.config import ComponentSettings
-
-_guest_log = logging.getLogger("llmhost.serve.guest")
-
-# C0 controls but tab, DEL, and C1 controls: shown as `\xNN` in log lines, so that what a guest writes cannot move
-# a terminal's cursor or erase the prefix that names it (`ESC[2K ESC[G`), nor hide in NULs and backspaces.
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x09), *range(0x0A, 0x20), 0x7F, *range(0x80, 0xA0))}
-
-
-def escape_controls(text: str) -> str:
-    r"""`text` with its control characters (see `_CONTROLS`) written as `\xNN`; every other character kept."""
-    return text.translate(_CONTROLS)
-
-
-def guest_lines(text: str) -> list[str]:
-    """A guest's output as log lines: split at newlines only (a CRLF's CR goes with it), every other control
-    character escaped, so each record is one line that begins with the prefix naming the guest."""
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [escape_controls(line.removesuffix("\r")) for line in lines]
-
+from llmhost.runtime.sandbox import new_store
+from llmhost.shell.config import ComponentSettings
+from llmhost.shell.guest import TRAP, GuestFailure, GuestOutput, guest_failure
 
 PROVIDED_INTERFACES = (*LLM_INTERFACES, *SEQUENCES_INTERFACES, *HTTP_INTERFACES, *GRANT_INTERFACES)
 
@@ -61,31 +43,15 @@ PROVIDED_INTERFACES = (*LLM_INTERFACES, *SEQUENCES_INTERFACES, *HTTP_INTERFACES,
 class HttpRequest:
     method: str
     path_with_query: str
-    headers: abi.HttpFields
+    headers: HttpFields
     body: bytes
 
 
 @dataclass(frozen=True)
 class HttpResponse:
     status: int
-    headers: abi.HttpFields
+    headers: HttpFields
     body: bytes
-
-
-# The kinds of guest failure the metrics count (`llmhost_guest_failures_total{kind}`).
-TRAP, DEADLINE, MEMORY, LOG_DROPPED = "trap", "deadline", "memory", "log-dropped"
-FAILURE_KINDS = (TRAP, DEADLINE, MEMORY, LOG_DROPPED)
-
-
-class GuestFailure(Exception):
-    """The guest did not produce a response: `status` is 500 (trap, memory) or 504 (deadline); `kind` is one of
-    `FAILURE_KINDS`, or None when the guest is not to blame (its client left, a host error)."""
-
-    def __init__(self, status: int, reason: str, kind: str | None = None) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-        self.kind = kind
 
 
 class HttpComponent:
@@ -175,12 +141,10 @@ class HttpComponent:
             try:
                 instance = self._linker.instantiate(store, self._component)
             except WasmtimeError as error:
-                raise GuestFailure(500, f"{self.name} cannot be instantiated: {_cause(str(error))}", TRAP) from None
+                raise GuestFailure(500, f"{self.name} cannot be instantiated: {wasm_cause(str(error))}", TRAP) from None
             handle = instance.get_func(store, self._handle)
             assert handle is not None  # checked at load
-            request_value = abi.http_request_to_wit(
-                request.method, request.path_with_query, request.headers, request.body
-            )
+            request_value = http_request_to_wit(request.method, request.path_with_query, request.headers, request.body)
             self._reserve_body(store, len(request.body), deadline_s)
             try:
                 writer_handle = abi.borrow_resource(rep, WRITER_TYPE_ID)
@@ -190,7 +154,7 @@ class HttpComponent:
                 handle.post_return(store)
             except WasmtimeError as error:
                 raise guest_failure(self.settings, str(error), output.stderr_text()) from None
-            status, headers, body = abi.http_response_from_wit(value)
+            status, headers, body = http_response_from_wit(value)
             return HttpResponse(status, headers, body)
         finally:
             # The request is over: what the guest still holds is freed before the next request is admitted,
@@ -254,66 +218,3 @@ class Users:
     @property
     def count(self) -> int:
         return self._count
-
-
-class GuestOutput:
-    """What one guest instance writes to stdout and stderr, captured (at most `max_log_bytes` of it kept), then
-    logged, each line one record prefixed with the component and the request id (so that a guest cannot forge the
-    server's own lines)."""
-
-    def __init__(self, component: str, request_id: str, max_log_bytes: int) -> None:
-        self.stdout, self.stderr = CapturedOutput(lambda _: None), CapturedOutput(lambda _: None)
-        self._component, self._request_id, self._max = component, request_id, max_log_bytes
-        self._read: dict[str, tuple[bytes, bytes, int]] = {}
-
-    def _collect(self) -> dict[str, tuple[bytes, bytes, int]]:
-        if not self._read:  # once: reading removes the files
-            budget = self._max
-            for name, output in (("stdout", self.stdout), ("stderr", self.stderr)):
-                self._read[name] = output.read_capped(budget)
-                budget -= len(self._read[name][0])
-        return self._read
-
-    def stderr_text(self) -> bytes:
-        head, tail, size = self._collect()["stderr"]
-        return head if size <= len(head) else head + b"\n...\n" + tail
-
-    def log(self) -> bool:
-        """Log what the guest wrote; returns whether some of it was dropped (past `max-log-bytes`)."""
-        dropped = False
-        for name, (head, _, size) in self._collect().items():
-            for line in guest_lines(head.decode("utf-8", "replace")):
-                _guest_log.info("%s [%s] %s: %s", self._component, self._request_id, name, line)
-            if size > len(head):
-                dropped = True
-                _guest_log.warning(
-                    "%s [%s] %s: %d more bytes not logged (limit `max-log-bytes`: %d per request)",
-                    self._component,
-                    self._request_id,
-                    name,
-                    size - len(head),
-                    self._max,
-                )
-        return dropped
-
-
-def guest_failure(settings: ComponentSettings, message: str, stderr: bytes) -> GuestFailure:
-    """A guest's trap as the failure a client is told: past its deadline (504), out of memory, or the trap (500)."""
-    cause, name = _cause(message), settings.name
-    if "wasm trap: interrupt" in cause:
-        limit, key = settings.limits.deadline_s, settings.limit_key("deadline_s")
-        return GuestFailure(504, f"{name} ran past its deadline of {limit} s ({key})", DEADLINE)
-    text = stderr.decode("utf-8", "replace")
-    if "MemoryError" in text:
-        limit_mb, key = settings.limits.max_memory_mb, settings.limit_key("max_memory_mb")
-        return GuestFailure(500, f"{name} ran out of memory (limit {limit_mb} MB, {key})", MEMORY)
-    detail = _python_error(text) or cause
-    return GuestFailure(500, f"{name} trapped: {detail}"[:MAX_REASON_CHARS], TRAP)
-
-
-def _python_error(stderr: str) -> str:
-    """A Python guest's uncaught exception, `Type: message`: the last line of its traceback, which
-    componentize-py prints before its own panic message."""
-    before_panic = stderr.split("\nthread '", 1)[0]
-    lines = [line.strip() for line in before_panic.splitlines() if line.strip()]
-    return lines[-1] if lines and "Traceback (most recent call last)" in before_panic else ""

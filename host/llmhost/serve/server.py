@@ -10,111 +10,38 @@ streaming are a few dozen lines that a framework would not save.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from pathlib import Path
-from typing import TypeVar
 
-from llmhost import telemetry
 from llmhost.api import Host
 from llmhost.config import FakeEngineConfig, alias_map
 from llmhost.domain.limits import SHUTDOWN_CANCEL_MARGIN_S
-from llmhost.engine.observer import no_observers
-from llmhost.engine.registry import Registry, create_registry
+from llmhost.engine.registry import Registry
 from llmhost.serve.app import ServeApp
 from llmhost.serve.component import HttpComponent
-from llmhost.serve.config import ServeSettings
-from llmhost.serve.front import DescriptorWarnings as DescriptorWarnings
-from llmhost.serve.front import bind as bind
-from llmhost.serve.front import fit_descriptors, front_of, front_server
-from llmhost.serve.front import plan_descriptors as plan_descriptors
-from llmhost.serve.front import url_host as url_host
-from llmhost.serve.metrics import ServeMetrics
-from llmhost.serve.probes import ProbeListener, Readiness
-from llmhost.serve.watch import Watcher
+from llmhost.shell.config import ServeSettings
+from llmhost.shell.front import bind, front_of, front_server, url_host
+from llmhost.shell.hosting import configure_logging, fit_connections, observed_host, watcher_for
+from llmhost.shell.metrics import ServeMetrics
+from llmhost.shell.probes import Readiness
 
 _log = logging.getLogger("llmhost.serve")
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-T = TypeVar("T")
-
-
-def configure_logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(LOG_FORMAT))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    logging.getLogger("watchfiles").setLevel(logging.WARNING)  # `--watch` logs what it rebuilds itself
 
 
 def run(settings: ServeSettings, log_level: str = "info", watch: bool = False, preload: Sequence[str] = ()) -> int:
     """Serve until SIGINT/SIGTERM; returns the exit status (0 after a graceful shutdown). `watch`: rebuild and swap
-    in a component when its guest directory changes (`serve.watch`). `preload`: local models (names or aliases,
+    in a component when its guest directory changes (`shell.watch`). `preload`: local models (names or aliases,
     checked with `preload_problem`) loaded before the server listens and says it is ready; the others load at
     their first use."""
     configure_logging(log_level)
     readiness = Readiness()
     with observed_host(settings, readiness) as (host, engine, metrics):
         return _serve(settings, host, engine, readiness, metrics, watch, preload)
-
-
-def watcher_for(
-    settings: ServeSettings, world: str | None, load: Callable[[str, Path], T], swap: Callable[[str, T], None]
-) -> Watcher[T]:
-    """A `Watcher` of the components built from guest directories: each is rebuilt (for `world`, None: its own) as
-    at start, loaded with `load` and put in service with `swap`. The data and cache directories, and the SQLite
-    stores' files, are no sources even inside a guest directory."""
-    from llmhost.toolchains.guest_dirs import build_guest
-
-    roots = {name: c.source_dir for name, c in settings.components.items() if c.source_dir is not None}
-    if not roots:
-        _log.warning("--watch: no component is built from a guest directory; nothing to watch")
-    config = settings.host
-    note = lambda message: _log.info("%s", message)  # noqa: E731
-    build = lambda name: build_guest(roots[name], world, config.cache_dir, note)  # noqa: E731
-    stores = [store.path for store in config.key_value.values() if store.path is not None]
-    ignore = [config.data_dir, config.cache_dir, *stores]
-    current = {name: settings.components[name].source for name in roots}
-    return Watcher(roots, build, load, swap, ignore, current)
-
-
-@contextlib.contextmanager
-def observed_host(
-    settings: ServeSettings, readiness: Readiness
-) -> Iterator[tuple[Host, Registry, ServeMetrics | None]]:
-    """The host of a server (`serve`, `mcp`), its engine, and with `metrics-listen` its metrics and their listener
-    (started first, so that /healthz and /readyz (503) answer while components compile and models load)."""
-    config = settings.host
-    metrics = listener = None
-    if settings.metrics_listen is not None:
-        metrics = ServeMetrics(settings.components, config.models)
-        listener = ProbeListener(*settings.metrics_listen, metrics, readiness, front_of(settings))
-        listener.start()
-        shown_host, shown_port = listener.address
-        _log.info("metrics on http://%s:%d/metrics (and /healthz, /readyz)", url_host(shown_host), shown_port)
-    note = lambda message: _log.info("%s", message)  # noqa: E731
-    engine = create_registry(config, note, observers=metrics.observer if metrics is not None else no_observers)
-    try:
-        with Host(config, engine=engine, note=note) as host, telemetry.tracing(config.telemetry):
-            yield host, engine, metrics
-    finally:
-        engine.close()
-        if listener is not None:
-            listener.stop()
-
-
-def fit_connections(settings: ServeSettings) -> int:
-    """`max-connections` for the apps' listener, fitted to the open-files limit (`front.fit_descriptors`); the
-    metrics listener's connections are counted too."""
-    metrics = settings.max_connections if settings.metrics_listen is not None else 0
-    return fit_descriptors(settings.max_connections, settings.max_concurrency, metrics)
 
 
 def preload_problem(settings: ServeSettings, names: Sequence[str]) -> str | None:

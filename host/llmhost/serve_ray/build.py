@@ -14,9 +14,9 @@ from typing import Any
 from llmhost.config import ConfigError
 from llmhost.engine.ray.cluster import connect, require_ray
 from llmhost.engine.ray.deploy import failure_reason, last_error_line
-from llmhost.serve.config import load_app_config, parse_listen, settings_for
-from llmhost.serve.front import url_host
 from llmhost.serve_ray.options import APP_NAME, ROUTE_PREFIX, check_shared_state, ingress_options
+from llmhost.shell.config import load_app_config, parse_listen, settings_for
+from llmhost.shell.front import url_host
 
 CONFIG_ARG = "config"
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")

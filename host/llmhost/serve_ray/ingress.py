@@ -11,10 +11,10 @@ from typing import Any
 
 from llmhost.serve.app import Receive, Scope, Send, ServeApp
 from llmhost.serve.component import HttpComponent
-from llmhost.serve.config import settings_for
-from llmhost.serve.probes import Readiness
-from llmhost.serve.server import observed_host
 from llmhost.serve_ray.options import REPLICA_HEADER
+from llmhost.shell.config import settings_for
+from llmhost.shell.hosting import observed_host
+from llmhost.shell.probes import Readiness
 
 _log = logging.getLogger("llmhost.serve")
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from llmhost.config import ConfigError
 from llmhost.domain.limits import DEFAULT_STORE
-from llmhost.serve.config import AppConfig, ServeSettings
+from llmhost.shell.config import AppConfig, ServeSettings
 
 APP_NAME = "llmhost-app"  # the Serve application's name unless given (Serve's `serve.delete("llmhost-app")` removes it)
 DEPLOYMENT = "llmhost-ingress"

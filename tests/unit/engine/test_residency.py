@@ -24,8 +24,8 @@ from llmhost.engine.local.fake_decoder import FakeDecoder
 from llmhost.engine.local.model import EngineModel
 from llmhost.engine.local.residency import KEEP_FOREVER, Resident, evictions, expired, lru_order, next_expiry
 from llmhost.engine.observer import Observers, no_observers
-from llmhost.serve.metrics import ServeMetrics
-from llmhost.serve.probes import Readiness
+from llmhost.shell.metrics import ServeMetrics
+from llmhost.shell.probes import Readiness
 
 MB = 1024 * 1024
 GREEDY = InferencingParams(max_tokens=4, temperature=0.0, repeat_penalty=1.0)
@@ -295,8 +295,8 @@ def test_the_config_keys_parse_and_refuse_bad_values() -> None:
 
 def test_preload_loads_before_ready_and_readyz_names_what_loads(tmp_path: Path) -> None:
     from llmhost.engine.registry import create_registry
-    from llmhost.serve.config import ServeSettings
     from llmhost.serve.server import _preload, preload_problem
+    from llmhost.shell.config import ServeSettings
 
     engine = FakeDecoderEngineConfig()
     host = HostConfig(engine=engine, models={"a": ModelConfig(aliases=("alias-a",)), "b": ModelConfig()})

@@ -149,7 +149,9 @@ class Scheduler:
         with self._mutex:
             job._events.append(event)
             job.pushed += 1
-            if not self._bursting or job.pushed == 1:  # a burst wakes its readers once, at its end (but a first event)
+            # A burst wakes its readers once, at its end, but for a first event and a last one (its reader's next
+            # request, which may queue for a slot, should not wait for the burst either).
+            if not self._bursting or job.pushed == 1 or isinstance(event, StreamDone | LlmError):
                 job._ready.notify()
                 if job.notify is not None:
                     job.notify()
@@ -501,9 +503,9 @@ class Scheduler:
                 continue
             if self.overlap and job.text.token_ids:
                 self._to_report.append(job)
-            elif not job.params.stop and job.text.token_ids:
+            elif not job.params.stop and job.text.token_ids and not job.last:
                 self._burst_report[job] = None
-            elif job.report():
+            elif job.report():  # a last token at once: its slot goes to queued work before the next decode
                 self._active.remove(job)
                 job.finish()
         self.rows += len(batch)
@@ -565,7 +567,7 @@ class Scheduler:
                 job.take(token, None)
             if self.overlap and job.text.token_ids:
                 self._to_report.append(job)
-            elif self._bursting and not job.params.stop and job.text.token_ids:  # as in `_lean_step`
+            elif self._bursting and not job.params.stop and job.text.token_ids and not job.last:  # as in `_lean_step`
                 self._burst_report[job] = None
             else:
                 self._report([job])

@@ -156,7 +156,7 @@ class RemoteModel:
                 if len(unreachable) < n and attempt < self.config.retries + n:
                     attempt += 1
                     continue
-                why = "timed out" if isinstance(e, openai.APITimeoutError) else self.scrub(_cause(e))
+                why = "timed out" if isinstance(e, openai.APITimeoutError) else self.scrub(root_cause(e))
                 raise EngineError(
                     f"cannot reach the server for model {self.name!r} at {url}: {why} "
                     f"(check `models.{self.name}.base-urls`)"
@@ -410,7 +410,7 @@ def _error_detail(e: Any) -> str:
     return str(getattr(e, "message", e))[:_MAX_DETAIL_CHARS]
 
 
-def _cause(e: BaseException) -> str:
+def root_cause(e: BaseException) -> str:
     while e.__cause__ is not None:
         e = e.__cause__
     return str(e) or type(e).__name__

@@ -14,7 +14,7 @@ from llmhost.domain.errors import EngineError, LlmError
 from llmhost.domain.types import FinishReason, StreamChunk, StreamDone, StreamEvent, TokenLogprob, TopLogprob, Usage
 from llmhost.engine.generation import GenerationText, merge_chunks
 from llmhost.engine.remote.bounds import Alarm, arm, call_ends, shut, socket_of
-from llmhost.engine.remote.client import RemoteModel, _cause
+from llmhost.engine.remote.client import RemoteModel, root_cause
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ class RemoteGeneration:
                 raise self._model.timed_out(self._url, "the completion request", self._ends[1]) from None
             if self._closed:
                 raise StopIteration from None
-            why = self._model.scrub(_cause(e) or type(e).__name__)
+            why = self._model.scrub(root_cause(e) or type(e).__name__)
             raise EngineError(f"the stream from {self._url} was cut mid-way: {why}") from None
         if self._timed_out:
             if self._tail_ends < math.inf:  # (the result stands)

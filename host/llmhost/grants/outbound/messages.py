@@ -1,4 +1,5 @@
-"""An outbound request and its response, as the host handles them (`runtime.abi` converts them to and from WIT)."""
+"""An outbound request and its response, as the host handles them (`interfaces.outbound_http`
+converts them to and from WIT)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from llmhost.domain.limits import ADMISSION_WAIT_BUCKETS, FIRST_TOKEN_BUCKETS, REQUEST_DURATION_BUCKETS
 from llmhost.engine.observer import ModelGauges, ModelObserver
-from llmhost.serve.component import FAILURE_KINDS
+from llmhost.shell.guest import FAILURE_KINDS
 
 # The component label of a request no route matched (Prometheus reads an empty label as no label).
 NO_COMPONENT = ""

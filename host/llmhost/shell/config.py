@@ -29,16 +29,16 @@ from llmhost.config import (
     LlamaCppEngineConfig,
     ModelConfig,
     SandboxConfig,
+    Section,
     TelemetryConfig,
-    _default_compile_strategy,
-    _kebab,
-    _Section,
     alias_map,
     check_aliases,
     check_cluster,
     default_cache_dir,
+    default_compile_strategy,
     default_data_dir,
     default_stores,
+    kebab,
     read_config,
     stores_relative_to,
     warn_redis_grants,
@@ -61,10 +61,10 @@ from llmhost.domain.limits import (
     METRICS_LISTEN_KEY,
 )
 from llmhost.grants import Grants
-from llmhost.serve.auth import ApiKeys, load_api_keys
+from llmhost.shell.auth import ApiKeys, load_api_keys
 
 
-class Limits(_Section):
+class Limits(Section):
     """What one request may use ([limits], the defaults of every component)."""
 
     deadline_s: float = Field(DEFAULT_DEADLINE_S, gt=0)  # to the first byte, and between writes
@@ -74,7 +74,7 @@ class Limits(_Section):
     max_tokens: int = Field(DEFAULT_MAX_TOKENS, ge=1)
 
 
-class LimitOverrides(_Section):
+class LimitOverrides(Section):
     """[components.NAME.limits]: any of the [limits] keys, for one component."""
 
     deadline_s: float | None = Field(None, gt=0)
@@ -95,14 +95,14 @@ class ComponentConfig(GrantsConfig):  # grants: key-value stores, config values,
     limits: LimitOverrides = Field(default_factory=LimitOverrides)
 
 
-class RayServeConfig(_Section):
+class RayServeConfig(Section):
     """`[serve]`: the app on Ray (`llmhost.ray:app`, `llmhost serve --ray`)."""
 
     replicas: int = Field(1, ge=1)  # ingress replicas, spread across nodes
     replica_cpus: float = Field(1.0, ge=0)
 
 
-class AppConfig(_Section):
+class AppConfig(Section):
     listen: str = DEFAULT_LISTEN
     # The metrics listener (/metrics, /healthz, /readyz), HOST:PORT; off when unset. Never the apps' port.
     metrics_listen: str | None = None
@@ -127,7 +127,7 @@ class AppConfig(_Section):
     routes: dict[str, str] = Field(default_factory=dict)
     # The host config's keys, for the one-component form (`serve DIR`): its grants and quotas, as `llmhost run`'s.
     sandbox: SandboxConfig | None = None
-    compile_strategy: CompileStrategy = Field(default_factory=_default_compile_strategy)
+    compile_strategy: CompileStrategy = Field(default_factory=default_compile_strategy)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)  # for backend = "ray" models and `serve --ray`
     serve: RayServeConfig = Field(default_factory=lambda: RayServeConfig())
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)  # OpenTelemetry traces
@@ -319,7 +319,7 @@ def resolve(
 ) -> ServeSettings:
     """Check cross-references and files, and resolve per-component limits. Errors name the key and `origin`.
     `built`: the components whose `source` is a guest directory -> that directory (`source` now the component built
-    from it, see `serve.sources`); `single`: the one-component form, granted by `[sandbox]`."""
+    from it, see `shell.sources`); `single`: the one-component form, granted by `[sandbox]`."""
 
     def fail(key: str, message: str) -> ConfigError:
         return ConfigError(f"{origin}: `{key}`: {message}")
@@ -359,7 +359,7 @@ def resolve(
                 raise fail(f"{prefix}.allowed-models", f"model {model!r} is not configured (known: {known})")
         table = SANDBOX if single else prefix
         sandbox = config.sandbox if single and config.sandbox is not None else SandboxConfig()
-        resolved = _settings(name, component, config.limits, origin, aliases, table, sandbox)
+        resolved = component_settings(name, component, config.limits, origin, aliases, table, sandbox)
         components[name] = replace(resolved, source_dir=built.get(name))
     return ServeSettings(
         host=config.host_config(),
@@ -377,7 +377,7 @@ def resolve(
     )
 
 
-def _settings(
+def component_settings(
     name: str,
     component: ComponentConfig,
     defaults: Limits,
@@ -392,11 +392,11 @@ def _settings(
     base = base if base is not None else SandboxConfig()
     overrides = component.limits.model_dump(exclude_none=True)
     limits = defaults.model_copy(update=overrides)
-    from_sandbox = {limit: f"{SANDBOX}.{_kebab(key)}" for key, limit in SANDBOX_LIMITS.items()}
+    from_sandbox = {limit: f"{SANDBOX}.{kebab(key)}" for key, limit in SANDBOX_LIMITS.items()}
     keys = {
-        field: (from_sandbox[field] if table == SANDBOX else f"{table}.limits.{_kebab(field)}")
+        field: (from_sandbox[field] if table == SANDBOX else f"{table}.limits.{kebab(field)}")
         if field in overrides
-        else f"limits.{_kebab(field)}"
+        else f"limits.{kebab(field)}"
         for field in Limits.model_fields
     }
     update = {key: getattr(component, key) for key in GrantsConfig.model_fields}
@@ -428,7 +428,7 @@ def settings_for(
 ) -> ServeSettings:
     """What the CLI does: load the config (or the defaults), add APP.wasm (or a guest directory), apply the
     overrides, build the components whose source is a guest directory (`note`: build progress), resolve."""
-    from llmhost.serve.sources import build_sources
+    from llmhost.shell.sources import build_sources
 
     config = load_app_config(config_path) if config_path is not None else AppConfig()
     origin = str(config_path) if config_path is not None else "the command line"

@@ -8,8 +8,8 @@ apply to it.
 
 from __future__ import annotations
 
-from llmhost.serve.front import AsgiApp, Front, Guarded, Listener, Receive, Scope, Send
-from llmhost.serve.metrics import ServeMetrics
+from llmhost.shell.front import AsgiApp, Front, Guarded, Listener, Receive, Scope, Send
+from llmhost.shell.metrics import ServeMetrics
 
 
 class Readiness:

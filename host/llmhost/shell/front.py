@@ -45,8 +45,8 @@ from llmhost.domain.limits import (
     FD_WARNING_INTERVAL_S,
     FDS_PER_REQUEST,
 )
-from llmhost.serve.config import ServeSettings
-from llmhost.serve.protocol import protocol_with_header_timeout
+from llmhost.shell.config import ServeSettings
+from llmhost.shell.protocol import protocol_with_header_timeout
 
 _log = logging.getLogger("llmhost.serve")
 
