@@ -196,7 +196,7 @@ class Host:
         names the file and line of what fails).
 
         `allowed_models`: the models this component may use, by name or alias (None: every configured model).
-        `key_value_stores`, `config`, `allowed_outbound_hosts`: the component's grants (README "Grants"), each in
+        `key_value_stores`, `config`, `allowed_outbound_hosts`: the component's grants (docs/grants.md), each in
         place of the `[sandbox]` key of the same name when given; the config's `[sandbox]` values otherwise.
         """
         path = self._component_of(Path(path), "command")

@@ -165,7 +165,7 @@ def watch_option(what: str) -> Callable[[F], F]:
     show_envvar=True,
     help="Use the models of a running `llmhost serve` of an OpenAI-compatible app (guest-examples/openai-compat) "
     "at URL, warm, instead of loading them here. Sequence scores, beam search, logprobs and constraints are then "
-    "`invalid-input` (README: A warm model for `llmhost run`).",
+    "`invalid-input` (docs/cli.md: A warm model for `llmhost run`).",
 )
 @click.pass_obj
 @reports_errors

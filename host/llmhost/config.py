@@ -8,7 +8,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -73,8 +73,9 @@ class ModelConfig(Section):
     # differently from one whole-prompt batch: greedy output can differ at near-ties from a run without reuse.
     prefix_cache: bool = True
     # The same seeded request gives the same text and token ids whatever else the model is doing: alone, with a
-    # warm prefix cache, batched with other requests, after other traffic (README, "Deterministic mode"). One KV
-    # stream per slot, prompts in position-aligned chunks each decoded on its own. Costs some throughput.
+    # warm prefix cache, batched with other requests, after other traffic (docs/performance.md, "Deterministic
+    # mode"). One KV stream per slot, prompts in position-aligned chunks each decoded on its own. Costs some
+    # throughput.
     deterministic: bool = False
     # Host memory the model may hold for swapped-out sequences (idle ones beyond `slots`). Over it, opening or
     # forking a sequence fails with `invalid-input` naming this key; nothing is evicted silently.
@@ -101,7 +102,7 @@ class ModelConfig(Section):
     # "embedding" implies `embeddings-only`.
     kind: Literal["base", "instruct", "embedding"] | None = None
 
-    # --- a model from the Hugging Face Hub (`llmhost pull`, README "Models") ---------------------------------
+    # --- a model from the Hugging Face Hub (`llmhost pull`, docs/models.md) ---------------------------------
     # The repo, e.g. "bartowski/Qwen2.5-0.5B-Instruct-GGUF", and which GGUF of it: a file name or a glob
     # ("*Q4_K_M.gguf"; a split GGUF's first part stands for all). The file is taken from the Hub's cache (HF_HOME):
     # `llmhost pull` or `--pull` download it. Exclusive with `path`.
@@ -300,7 +301,7 @@ class EnvValue(Section):
 
 
 class GrantsConfig(Section):
-    """What a component may reach beyond the model (README "Grants"); nothing by default. The same keys under
+    """What a component may reach beyond the model (docs/grants.md); nothing by default. The same keys under
     `[sandbox]` (`llmhost run`, the Python API) and `[components.NAME]` (`serve`, `mcp`)."""
 
     # Key-value stores the guest may open (`[key-value.NAME]` tables, or "default"); any other gets
@@ -335,8 +336,8 @@ class SandboxConfig(GrantsConfig):
     timeout_s: float | None = Field(None, gt=0)  # wall-clock limit of one guest call (epoch interruption)
     # An `inference-stream` left unread this long is cancelled (it holds an engine slot); None: never.
     stream_idle_timeout_s: float | None = Field(STREAM_IDLE_TIMEOUT_S, gt=0)
-    # Run-scope quotas (see README "Run scopes"): what one run or request may hold open at once. Over a quota,
-    # `open`/`fork`/`infer-stream` get `invalid-input` naming the key.
+    # Run-scope quotas (see docs/configuration.md, "Run scopes"): what one run or request may hold open at once.
+    # Over a quota, `open`/`fork`/`infer-stream` get `invalid-input` naming the key.
     max_open_sequences: int = Field(MAX_OPEN_SEQUENCES, ge=1)
     max_open_streams: int = Field(MAX_OPEN_STREAMS, ge=1)
     max_sequence_mb: int = Field(MAX_SEQUENCE_MB, ge=1)  # host memory one run's sequences may hold
@@ -432,7 +433,31 @@ def default_compile_strategy() -> CompileStrategy:
     )
 
 
-class HostConfig(Section):
+class HostingConfig(Section):
+    """The checks across keys that HostConfig and shell/config.py's AppConfig both make, defined once."""
+
+    if TYPE_CHECKING:  # each subclass declares these fields (with defaults of its own)
+        models: dict[str, ModelConfig]
+        key_value: dict[str, KeyValueStoreConfig]
+        cluster: ClusterConfig
+
+    def grants_configs(self) -> dict[str, GrantsConfig]:
+        """The config tables that grant components their reach, by key (`sandbox`, `components.NAME`)."""
+        raise NotImplementedError
+
+    @field_validator("models", check_fields=False)
+    @classmethod
+    def _valid_aliases(cls, models: dict[str, ModelConfig]) -> dict[str, ModelConfig]:
+        return check_aliases(models)
+
+    @model_validator(mode="after")
+    def _across_keys(self) -> Self:
+        warn_redis_grants(self.key_value, self.grants_configs())
+        check_cluster(self.models, self.cluster)
+        return self
+
+
+class HostConfig(HostingConfig):
     engine: EngineConfig = Field(default_factory=LlamaCppEngineConfig)
     models: dict[str, ModelConfig] = Field(default_factory=_default_models)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
@@ -452,21 +477,13 @@ class HostConfig(Section):
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
 
-    @field_validator("models")
-    @classmethod
-    def _valid_aliases(cls, models: dict[str, ModelConfig]) -> dict[str, ModelConfig]:
-        return check_aliases(models)
-
     @field_validator("key_value")
     @classmethod
     def _default_store(cls, stores: dict[str, KeyValueStoreConfig]) -> dict[str, KeyValueStoreConfig]:
         return with_default_store(stores)
 
-    @model_validator(mode="after")
-    def _warn_redis_grants(self) -> HostConfig:
-        warn_redis_grants(self.key_value, {"sandbox": self.sandbox})
-        check_cluster(self.models, self.cluster)
-        return self
+    def grants_configs(self) -> dict[str, GrantsConfig]:
+        return {"sandbox": self.sandbox}
 
 
 def default_data_dir() -> Path:

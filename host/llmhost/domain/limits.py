@@ -17,7 +17,7 @@ BUILTIN_MODELS = (*GENERATIVE_MODELS, MINILM_MODEL)
 # What chat calls (the guest SDK's `chat`, openai-compat's chat route, the chat and agent templates) use when they
 # name no model: the instruct built-in. Completion (`infer`) keeps DEFAULT_MODEL, a pretrained (base) model.
 DEFAULT_CHAT_MODEL = SMOLLM2_MODEL
-# Each built-in model's kind (README "Models"), known without reading its file: Gemma 3 270M is Google's
+# Each built-in model's kind (docs/models.md), known without reading its file: Gemma 3 270M is Google's
 # pretrained model (its GGUF has no chat template), SmolLM2-135M-Instruct is instruction-tuned, MiniLM an encoder.
 BUILTIN_KINDS = {DEFAULT_MODEL: "base", SMOLLM2_MODEL: "instruct", MINILM_MODEL: "embedding"}
 # And the facts `llmhost models` shows of their files: (size in bytes, quantization, trained context length,
@@ -86,7 +86,7 @@ REMOTE_EMBEDDING_BATCH = 2048
 # chunk; the result of an export, e.g. `handler.handle`'s response): its "hostcall fuel", 128 MiB of its own values,
 # a list element taking LIFTED_ITEM_BYTES (a byte of a `list<u8>` too) and a string its UTF-8 length. More traps the
 # guest before the host sees the call; the fuel cannot be raised (wasmtime-py 50's C API has no setter). Data going
-# into a guest is not counted (measured: tests/unit/test_wasm_lists.py, README "Data sizes").
+# into a guest is not counted (measured: tests/unit/test_wasm_lists.py, docs/serve.md, "Data sizes").
 HOSTCALL_FUEL_BYTES = 128 * 1024 * 1024
 LIFTED_ITEM_BYTES = 48
 MAX_LIFTED_ITEMS = HOSTCALL_FUEL_BYTES // LIFTED_ITEM_BYTES  # 2,796,202: e.g. a 2.66 MiB response body
@@ -184,7 +184,7 @@ MEMORY_KEY = "limits.max-memory-mb"
 BODY_KEY = "limits.max-body-bytes"
 TOKENS_KEY = "limits.max-tokens"
 
-# --- grants: key-value stores, config values, outbound HTTP (README "Grants") --------------------------------
+# --- grants: key-value stores, config values, outbound HTTP (docs/grants.md) --------------------------------
 # The store every config has without a `[key-value.default]` table: SQLite in the data directory.
 DEFAULT_STORE = "default"
 # `key-value.NAME.max-value-bytes`: the largest value one `set` may store (Spin's default too).
@@ -206,7 +206,7 @@ KV_QUOTA_PREFIX = "quota exceeded"
 # `max-response-bytes`: an outbound response body larger than this is `too-large`, and not read further.
 MAX_RESPONSE_BYTES = 10 * 1024 * 1024
 # The largest outbound request body a guest can hand to the host in one call (wasmtime's hostcall fuel bounds what
-# one call may copy out of the guest; see README "Data sizes").
+# one call may copy out of the guest; see docs/serve.md, "Data sizes").
 MAX_OUTBOUND_BODY_BYTES = 2 * 1024 * 1024
 # `max-outbound-requests`: outbound requests one run or request may send in all (redirects included).
 MAX_OUTBOUND_REQUESTS = 100
@@ -214,8 +214,8 @@ MAX_OUTBOUND_REQUESTS = 100
 MAX_REDIRECTS = 5
 # An outbound request's timeout when neither the guest nor a deadline sets a shorter one.
 OUTBOUND_TIMEOUT_S = 30.0
-# Each component's own outbound client (README "Outbound HTTP"): connections it may have open at once, and idle ones
-# kept alive for its next requests.
+# Each component's own outbound client (docs/grants.md, "Outbound HTTP"): connections it may have open at once, and
+# idle ones kept alive for its next requests.
 OUTBOUND_MAX_CONNECTIONS = 100
 OUTBOUND_KEEPALIVE_CONNECTIONS = 20
 # Threads each component's DNS lookups run on (getaddrinfo takes no timeout: a hung lookup holds its thread, and

@@ -22,16 +22,6 @@ from typing import Any
 
 from wasmtime import Engine
 from wasmtime.component import (
-    F32,
-    F64,
-    S8,
-    S16,
-    S32,
-    S64,
-    U8,
-    U16,
-    U32,
-    U64,
     Bool,
     Char,
     Component,
@@ -51,6 +41,8 @@ from wasmtime.component import (
     VariantType,
 )
 
+from llmhost.runtime.numbers import NUMBER_TYPES
+
 WitType = dict[str, Any]
 
 INTEGER_RANGES = {
@@ -63,21 +55,7 @@ INTEGER_RANGES = {
     "s32": (-(2**31), 2**31 - 1),
     "s64": (-(2**63), 2**63 - 1),
 }
-_SCALARS: dict[type, str] = {
-    Bool: "bool",
-    Char: "char",
-    String: "string",
-    F32: "f32",
-    F64: "f64",
-    U8: "u8",
-    U16: "u16",
-    U32: "u32",
-    U64: "u64",
-    S8: "s8",
-    S16: "s16",
-    S32: "s32",
-    S64: "s64",
-}
+_SCALARS: dict[type, str] = {Bool: "bool", Char: "char", String: "string", **NUMBER_TYPES}
 
 
 class UnsupportedType(Exception):

@@ -38,16 +38,6 @@ from typing import Any
 from wasmtime import WasmtimeError
 from wasmtime import _ffi as ffi
 from wasmtime.component import (
-    F32,
-    F64,
-    S8,
-    S16,
-    S32,
-    S64,
-    U8,
-    U16,
-    U32,
-    U64,
     Bool,
     EnumType,
     FuncType,
@@ -65,6 +55,7 @@ from wasmtime.component._enter import catch_exceptions
 from wasmtime.component._types import VariantLikeType
 
 from llmhost.runtime import lists
+from llmhost.runtime.numbers import NUMBER_TYPES
 from llmhost.runtime.sandbox import scope_of
 
 # Lowering: every `lower(store, value, out)` writes `value` into `out` (a `wasmtime_component_val_t`) whole, or
@@ -99,18 +90,14 @@ class _Node:
         self.lower(store, value, ptr.contents)
 
 
+# Each scalar type: its field of the C value's union (named as the WIT type, but for `boolean`), the Python type
+# it takes, and its C kind.
 _SCALARS: dict[type, tuple[str, type, int]] = {
     Bool: ("boolean", bool, ffi.WASMTIME_COMPONENT_BOOL.value),
-    S8: ("s8", int, ffi.WASMTIME_COMPONENT_S8.value),
-    S16: ("s16", int, ffi.WASMTIME_COMPONENT_S16.value),
-    S32: ("s32", int, ffi.WASMTIME_COMPONENT_S32.value),
-    S64: ("s64", int, ffi.WASMTIME_COMPONENT_S64.value),
-    U8: ("u8", int, ffi.WASMTIME_COMPONENT_U8.value),
-    U16: ("u16", int, ffi.WASMTIME_COMPONENT_U16.value),
-    U32: ("u32", int, ffi.WASMTIME_COMPONENT_U32.value),
-    U64: ("u64", int, ffi.WASMTIME_COMPONENT_U64.value),
-    F32: ("f32", float, ffi.WASMTIME_COMPONENT_F32.value),
-    F64: ("f64", float, ffi.WASMTIME_COMPONENT_F64.value),
+    **{
+        ty: (name, float if name.startswith("f") else int, getattr(ffi, f"WASMTIME_COMPONENT_{name.upper()}").value)
+        for ty, name in NUMBER_TYPES.items()
+    },
 }
 
 

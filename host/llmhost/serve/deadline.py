@@ -1,6 +1,6 @@
 """How long a request may run, and how that applies to streamed responses.
 
-The policy (documented in the README's Serve section):
+The policy (documented in docs/serve.md):
 
 - `limits.deadline-s` bounds the time to the first byte (from the request's arrival to the response's start, or
   to the whole response when the guest does not stream) and, once a response streams, the idle time between two

@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -27,7 +27,7 @@ from llmhost.serve.component import HttpComponent
 from llmhost.shell.config import ServeSettings
 from llmhost.shell.front import bind, front_of, front_server, url_host
 from llmhost.shell.hosting import configure_logging, fit_connections, observed_host, watcher_for
-from llmhost.shell.metrics import ServeMetrics
+from llmhost.shell.metrics import RequestObserver, ServeMetrics
 from llmhost.shell.probes import Readiness
 
 _log = logging.getLogger("llmhost.serve")
@@ -85,6 +85,31 @@ def needed_models(settings: ServeSettings) -> list[str]:
     return [m for m, c in settings.host.models.items() if m in needed and c.backend == "llama-cpp"]
 
 
+def serve_app(
+    host: Host, settings: ServeSettings, observer: RequestObserver | None
+) -> tuple[ServeApp, Callable[[], None]]:
+    """The app serving `settings`' routes on request threads of its own (`llmhost serve`, and each Ray replica),
+    every component loaded (and on first use compiled) now; and its stop: running guests are cancelled, queued
+    requests dropped."""
+    components = {name: HttpComponent(host, component) for name, component in settings.components.items()}
+    executor = ThreadPoolExecutor(max_workers=settings.max_concurrency, thread_name_prefix="llmhost-request")
+    app = ServeApp(
+        components,
+        settings.routes,
+        executor,
+        settings.body_timeout_s,
+        settings.max_log_bytes,
+        settings.api_keys,
+        observer=observer,
+    )
+
+    def stop() -> None:
+        app.cancel_all("the server is shutting down")
+        executor.shutdown(wait=False, cancel_futures=True)
+
+    return app, stop
+
+
 def _serve(
     settings: ServeSettings,
     host: Host,
@@ -95,22 +120,12 @@ def _serve(
     preload: Sequence[str] = (),
 ) -> int:
     # Load (and on first use compile) every component before listening: a request never waits for a compile.
-    components = {name: HttpComponent(host, component) for name, component in settings.components.items()}
+    app, stop_app = serve_app(host, settings, metrics)
     # Models load at their first use; `--preload` ones now, so that ready means their first request waits for no
     # load.
     _preload(settings, engine, readiness, preload)
     max_connections = fit_connections(settings)
     sock = bind(*settings.listen)
-    executor = ThreadPoolExecutor(max_workers=settings.max_concurrency, thread_name_prefix="llmhost-request")
-    app = ServeApp(
-        components,
-        settings.routes,
-        executor,
-        settings.body_timeout_s,
-        settings.max_log_bytes,
-        settings.api_keys,
-        observer=metrics,
-    )
     watcher = None
     if watch:
         load = lambda name, path: HttpComponent(host, replace(settings.components[name], source=path))  # noqa: E731
@@ -140,8 +155,7 @@ def _serve(
     try:
         server.run(sockets=[sock])
     finally:
-        app.cancel_all("the server is shutting down")
-        executor.shutdown(wait=False, cancel_futures=True)
+        stop_app()
         sock.close()
     stuck = app.running()
     if stuck:

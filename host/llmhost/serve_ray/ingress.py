@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from llmhost.serve.app import Receive, Scope, Send, ServeApp
-from llmhost.serve.component import HttpComponent
+from llmhost.serve.server import serve_app
 from llmhost.serve_ray.options import REPLICA_HEADER
 from llmhost.shell.config import settings_for
 from llmhost.shell.hosting import observed_host
@@ -60,22 +59,11 @@ class Ingress:
         self.readiness = Readiness()
         self._stack = contextlib.ExitStack()
         host, _engine, metrics = self._stack.enter_context(observed_host(settings, self.readiness))
-        components = {name: HttpComponent(host, component) for name, component in settings.components.items()}
-        executor = ThreadPoolExecutor(settings.max_concurrency, thread_name_prefix="llmhost-request")
-        app = ServeApp(
-            components,
-            settings.routes,
-            executor,
-            settings.body_timeout_s,
-            settings.max_log_bytes,
-            settings.api_keys,
-            observer=metrics,
-        )
+        app, stop_app = serve_app(host, settings, metrics)
 
         def stop() -> None:
             self.readiness.ready = False
-            app.cancel_all("the server is shutting down")
-            executor.shutdown(wait=False, cancel_futures=True)
+            stop_app()
 
         self._stack.callback(stop)  # first, before the host closes
         replica = serve.get_replica_context().replica_id.unique_id

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from llmhost.config import (
     ClusterConfig,
@@ -25,6 +25,7 @@ from llmhost.config import (
     EngineConfig,
     GrantsConfig,
     HostConfig,
+    HostingConfig,
     KeyValueStoreConfig,
     LlamaCppEngineConfig,
     ModelConfig,
@@ -32,8 +33,6 @@ from llmhost.config import (
     Section,
     TelemetryConfig,
     alias_map,
-    check_aliases,
-    check_cluster,
     default_cache_dir,
     default_compile_strategy,
     default_data_dir,
@@ -41,7 +40,6 @@ from llmhost.config import (
     kebab,
     read_config,
     stores_relative_to,
-    warn_redis_grants,
     with_default_store,
 )
 from llmhost.domain.limits import (
@@ -102,7 +100,7 @@ class RayServeConfig(Section):
     replica_cpus: float = Field(1.0, ge=0)
 
 
-class AppConfig(Section):
+class AppConfig(HostingConfig):
     listen: str = DEFAULT_LISTEN
     # The metrics listener (/metrics, /healthz, /readyz), HOST:PORT; off when unset. Never the apps' port.
     metrics_listen: str | None = None
@@ -145,25 +143,17 @@ class AppConfig(Section):
             parse_listen(value)
         return value
 
-    @field_validator("models")
-    @classmethod
-    def _valid_aliases(cls, models: dict[str, ModelConfig]) -> dict[str, ModelConfig]:
-        return check_aliases(models)
-
     @field_validator("key_value")
     @classmethod
     def _valid_stores(cls, stores: dict[str, KeyValueStoreConfig]) -> dict[str, KeyValueStoreConfig]:
         with_default_store(stores)  # refuses stores that would share a file, `default` included
         return stores
 
-    @model_validator(mode="after")
-    def _warn_redis_grants(self) -> AppConfig:
+    def grants_configs(self) -> dict[str, GrantsConfig]:
         grants: dict[str, GrantsConfig] = {f"components.{name}": c for name, c in self.components.items()}
         if self.sandbox is not None:
             grants["sandbox"] = self.sandbox
-        warn_redis_grants(self.key_value, grants)
-        check_cluster(self.models, self.cluster)
-        return self
+        return grants
 
     def host_config(self) -> HostConfig:
         return HostConfig(

@@ -181,7 +181,7 @@ class LlamaCppEngine:
         # A one-off request never reads its per-token texts (only sequences do): skip detokenizing the prompt.
         state = SeqState(tokens, [""] * len(tokens))
         # A one-off sequence: when it ends, its KV cache stays behind only as a prompt-prefix cache, if the model
-        # keeps one; otherwise its cells are freed at once (the cache then spans fewer cells: see README).
+        # keeps one; otherwise its cells are freed at once (the cache then spans fewer cells: see docs/performance.md).
         free = m.slots.retire if m.config.prefix_cache else m.slots.detach
 
         def on_end(state: SeqState) -> None:  # once, under the model's lock: the model may go idle now

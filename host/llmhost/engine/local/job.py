@@ -182,34 +182,29 @@ class LlamaGeneration:
     def __next__(self) -> StreamEvent:
         if self._exhausted:
             raise StopIteration
-        if not self._submitted:
-            self._submitted = True
-            self.model.scheduler.submit(self)
-        event = self.model.scheduler.next_event(self)
-        if isinstance(event, LlmError):
-            self._exhausted = True
-            raise event
-        if isinstance(event, StreamDone):
-            self._exhausted = True
-        else:
-            self._delivered.append(event.text)
-        return event
+        self._submit_once()
+        return self._deliver(self.model.scheduler.next_event(self))
 
     def watch(self, notify: Callable[[], None]) -> None:
         """Read by polling (`poll`) instead of next(): `notify` is called, on any thread, when an event may be ready.
         Submits the generation (this takes the model lock: call it off the event loop)."""
         self.notify = notify
-        if not self._submitted:
-            self._submitted = True
-            self.model.scheduler.submit(self)
+        self._submit_once()
 
     def poll(self) -> StreamEvent | None:
         """The next event if one is ready (None: wait for `notify`); never steps nor waits. Raises like next()."""
         if self._exhausted:
             raise StopIteration
         event = self.model.scheduler.poll_event(self)
-        if event is None:
-            return None
+        return None if event is None else self._deliver(event)
+
+    def _submit_once(self) -> None:
+        if not self._submitted:
+            self._submitted = True
+            self.model.scheduler.submit(self)
+
+    def _deliver(self, event: StreamEvent | LlmError) -> StreamEvent:
+        """An event taken from the scheduler, as next() and poll() hand it on (an error is raised)."""
         if isinstance(event, LlmError):
             self._exhausted = True
             raise event

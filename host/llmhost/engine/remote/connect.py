@@ -4,7 +4,7 @@ The server is any llmhost serving an OpenAI-compatible app (guest-examples/opena
 Every model it lists at `/v1/models` becomes a remote model of this host (`backend = "openai"`), and nothing
 else: no model is loaded in this process, so a run starts generating as soon as the component is instantiated
 (the server's model is already warm). Generation, stops, usage, chat, embeddings and sequences keep their local
-semantics (engine/remote/); what a completions API cannot carry is `invalid-input` (README, "A warm model for
+semantics (engine/remote/); what a completions API cannot carry is `invalid-input` (docs/cli.md, "A warm model for
 `llmhost run`").
 
 What the listing does not say comes from this host's own config when it has a model of the same name: its file
@@ -58,7 +58,7 @@ def _listed_models(base: str) -> list[tuple[str, str | None]]:
     key = os.environ.get(CONNECT_KEY_ENV, "")
     headers = {"authorization": f"Bearer {key}"} if key else {}
     headers["accept-encoding"] = "identity"  # the body is capped as sent, not once inflated
-    hint = "start one with `llmhost serve openai-compat.wasm` (README: A warm model for `llmhost run`)"
+    hint = "start one with `llmhost serve openai-compat.wasm` (docs/cli.md: A warm model for `llmhost run`)"
     ends = time.monotonic() + _LIST_TIMEOUT_S
     content = b""
     try:

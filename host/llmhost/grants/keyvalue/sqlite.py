@@ -3,7 +3,7 @@
 Durability: WAL mode with `synchronous = FULL`, one transaction per call: a `set` has returned only after its
 commit record was fsynced to the WAL, so it survives `kill -9` of the host (which keeps the OS page cache anyway)
 and also a power cut or a kernel crash (which `synchronous = NORMAL` would not survive). The fsync costs about a
-third of a millisecond per write here (see README "Key-value state").
+third of a millisecond per write here (see docs/grants.md, "Key-value state").
 
 Concurrency: every write is one `BEGIN IMMEDIATE` transaction, which takes the database's write lock before it
 reads, so read-modify-write calls (`increment`, compare-and-swap, the quota checks) are atomic across threads and
