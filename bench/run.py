@@ -19,8 +19,9 @@ simulation (bench/gpu_speed.py), the remote backend (bench/scaleout.py), JavaScr
 (bench/js_guests.py), embeddings (bench/embeddings.py) and a stream sharing its model with embeddings clients
 (bench/embedding_fairness.py), outbound HTTP's host memory and a small GET (bench/outbound.py), the asyncio API's
 streams against threads (bench/asyncio_streams.py), `llmhost serve` against llama.cpp's own llama-server
-(bench/peer_server.py), component
-instantiation (p50 of 20) and the second start of `llmhost run` (compiled component cached).
+(bench/peer_server.py), the Ray backend (bench/ray_scale.py), cold and warm models (bench/cold_start.py), tracing
+on and off (bench/telemetry.py), component instantiation (p50 of 20) and the second start of `llmhost run`
+(compiled component cached).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from typing import Any, TypeVar
 
 import asyncio_streams
 import batching
+import cold_start
 import compute_thread
 import deterministic
 import devloop
@@ -53,9 +55,11 @@ import outbound
 import peer_server
 import plots
 import processors
+import ray_scale
 import scaleout
 import sdk
 import structured
+import telemetry
 from bare import CONTEXT, MODEL, N_GPU_LAYERS, PROMPT, THREADS, TOKENS, Bare, model_path
 
 from llmhost import Host, HostConfig, InferencingParams
@@ -616,6 +620,9 @@ def main() -> int:
     lines += isolated(embedding_fairness.run, config.cache_dir, THREADS)  # a stream beside embeddings clients
     lines += isolated(outbound.run, config.cache_dir)  # host memory under large outbound bodies, a small GET
     lines += isolated(asyncio_streams.run, config.cache_dir, THREADS)  # AsyncHost's streams against threads
+    lines += isolated(ray_scale.run, config.cache_dir)  # Ray: cost per token, replicas, prefix affinity (issue 68)
+    lines += isolated(cold_start.run, config.cache_dir, THREADS)  # a cold model's first token against a warm one
+    lines += isolated(telemetry.telemetry_section).splitlines() + [""]  # host time per token, tracing on and off
     steal_end, total_end = cpu_times()
     if total_end > total_start:
         stolen = 100 * (steal_end - steal_start) / (total_end - total_start)

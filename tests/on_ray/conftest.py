@@ -10,11 +10,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import ray  # the `ray` extra: make install has it
+
+# As llmhost does before importing Ray (engine/ray/cluster.py): Ray's crash handler would take wasmtime's trap
+# signals, and a guest's trap in this process would kill the test run.
+os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+
+import ray  # noqa: E402 (the `ray` extra: make install has it)
 from ray import serve
 from ray.cluster_utils import Cluster
 
 from llmhost import HostConfig
+from llmhost.engine.ray.cluster import init_ray
 from redis_server import free_port
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -63,7 +69,7 @@ def ray_cluster() -> Iterator[RayCluster]:
     handle = RayCluster(cluster, [])
     for _ in range(2):
         handle.add_worker()
-    ray.init(address=cluster.address, namespace="llmhost-tests", log_to_driver=False)
+    init_ray(address=cluster.address, namespace="llmhost-tests", log_to_driver=False)
     # One HTTP proxy, on the head, on a free port: the nodes are processes of this one machine, so a proxy per node
     # (Serve's default) would have them all bind one port, and Serve's default port (8000) may be taken.
     serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": free_port()})

@@ -19,7 +19,7 @@ import pytest
 import ray
 from ray import serve
 
-from llmhost import Host, HostConfig
+from llmhost import GuestTrap, Host, HostConfig
 from llmhost.config import ConfigError
 from llmhost.domain.errors import EngineError
 from llmhost.domain.types import BeamParams, InferencingParams, StreamChunk
@@ -109,6 +109,49 @@ def test_a_guest_gets_the_same_answers_as_from_the_local_engine(hosts: tuple[Hos
     stream = run_probe(on_ray, "stream", "fd", "Streamed", json.dumps(greedy)).value
     assert stream["events"][-1]["done"]["finish-reason"] in ("length", "stop")
     assert run_probe(on_ray, "infer", "no-such-model", "x").error["kind"] == "model-not-supported"
+
+
+TRAP_AFTER_RAY = """
+import sys
+from llmhost import GuestTrap, Host, HostConfig
+config = HostConfig.model_validate_json(sys.argv[1])
+with Host(config) as host:
+    app = host.load(sys.argv[2])  # wasmtime's engine (and its signal handlers) first, as in `llmhost run`
+    host.engine.engine("fd")  # then Ray joins: ray.init installs handlers of its own
+    for _ in range(2):
+        try:
+            app.run_captured(["trap"])
+        except GuestTrap:
+            print("trap", flush=True)
+"""
+
+
+def as_given(config: HostConfig) -> dict[str, Any]:
+    """The config as a file would give it (its defaults left out, the engine's kind kept)."""
+    data = config.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    return data | {"engine": config.engine.model_dump(mode="json", by_alias=True)}
+
+
+def test_a_guest_trap_on_a_host_with_ray_models_is_a_trap_not_a_crash(
+    hosts: tuple[Host, Host], fleet: HostConfig, probe_wasm: Path
+) -> None:
+    """Wasmtime's traps are signals its handlers catch; Ray installs fatal-signal handlers too (faulthandler, its crash
+    handler). A trap after Ray joined must still be a guest trap: in this process, and in a host process of its own."""
+    with pytest.raises(GuestTrap):
+        hosts[0].load(probe_wasm).run_captured(["trap"])
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            TRAP_AFTER_RAY,
+            json.dumps(as_given(fleet)),
+            str(probe_wasm),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stdout.split() == ["trap", "trap"], done.stderr[-2000:]
 
 
 def test_bad_params_are_the_local_engines_errors(hosts: tuple[Host, Host], probe_wasm: Path) -> None:

@@ -149,9 +149,9 @@ class Scheduler:
         with self._mutex:
             job._events.append(event)
             job.pushed += 1
-            # A burst wakes its readers once, at its end, but for a first event and a last one (its reader's next
-            # request, which may queue for a slot, should not wait for the burst either).
-            if not self._bursting or job.pushed == 1 or isinstance(event, StreamDone | LlmError):
+            # A burst wakes its readers once, at its end (but a first event). A generation that ends inside a burst
+            # is reported and finished at once (`_lean_step`), so its slot goes to queued work in the next step.
+            if not self._bursting or job.pushed == 1:
                 job._ready.notify()
                 if job.notify is not None:
                     job.notify()

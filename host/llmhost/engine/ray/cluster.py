@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
+import os
 import socket
 import threading
+from typing import Any
 from urllib.parse import urlsplit
 
 from llmhost.config import ClusterConfig, ConfigError
@@ -13,11 +16,27 @@ RAY_CLIENT_PREFIX = "ray://"
 
 
 def require_ray() -> None:
+    # Wasmtime's traps are signals (SIGILL, SIGSEGV, SIGFPE) its own handlers turn into a guest's trap. Ray's crash
+    # handler (absl's, installed by ray.init unless this is set; read when Ray is imported) would take them first
+    # and kill the host at a guest's first trap.
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
     try:
         import ray  # noqa: F401
         from ray import serve  # noqa: F401
     except ImportError:
         raise ConfigError('backend = "ray" and `--ray` need Ray: pip install llmhost[ray]') from None
+
+
+def init_ray(**kwargs: Any) -> None:
+    """`ray.init(**kwargs)`, leaving the process's fatal-signal handlers as they were: ray.init turns Python's
+    faulthandler on, on top of wasmtime's handlers, which would make a guest's trap kill the host."""
+    require_ray()
+    import ray
+
+    was_enabled = faulthandler.is_enabled()
+    ray.init(**kwargs)
+    if not was_enabled and faulthandler.is_enabled():
+        faulthandler.disable()  # restores the handlers it replaced (wasmtime's)
 
 
 def _endpoint(address: str) -> tuple[str, int] | None:
@@ -56,7 +75,7 @@ def connect(cluster: ClusterConfig) -> None:
 
     def join() -> None:
         try:
-            ray.init(
+            init_ray(
                 address=address,
                 namespace="llmhost",
                 logging_level=logging.WARNING,
