@@ -102,3 +102,47 @@ def test_a_replicas_traceback_becomes_its_one_error_line() -> None:
     assert last_error_line(traceback) == (
         "EngineError: model file /nope.gguf does not exist (fix `models.m.path` in the config)"
     )
+
+
+def test_a_call_is_sent_again_only_when_its_replica_was_lost_never_after_the_run_ended() -> None:
+    from ray.exceptions import ActorDiedError
+
+    from llmhost.domain.errors import EngineError
+    from llmhost.engine.ray.calls import ReplicaLost, call
+
+    class Response:
+        def __init__(self, fails: bool) -> None:
+            self.fails, self.cancelled = fails, False
+
+        def result(self, timeout_s: float) -> object:
+            if self.fails:
+                raise ActorDiedError()
+            return "answer"
+
+        def cancel(self) -> None:
+            self.cancelled = True
+
+    sent: list[Response] = []
+
+    def start(fails: list[bool]) -> Response:
+        sent.append(Response(fails.pop(0)))
+        return sent[-1]
+
+    # A lost replica: sent again, and the second replica answers.
+    pending = [True, False]
+    assert call(lambda: start(pending), "m") == "answer"
+    assert len(sent) == 2
+    # Lost on every attempt: one error naming the loss, after the attempts.
+    sent.clear()
+    with pytest.raises(ReplicaLost, match="was lost"):
+        call(lambda: start([True]), "m")
+    assert len(sent) == 3
+
+    # The run's own end (its deadline, a cancel) is raised at once: the call is not sent again.
+    def ended() -> None:
+        raise EngineError("the run's deadline passed")
+
+    sent.clear()
+    with pytest.raises(EngineError, match="deadline"):
+        call(lambda: start([False]), "m", ended)
+    assert len(sent) == 1 and sent[0].cancelled

@@ -19,26 +19,28 @@ from llmhost.domain.types import StreamDone, StreamEvent
 from llmhost.engine.ray.protocol import LOST, Outcome
 
 POLL_S = 0.25
-# A silent stream is asked whether its replica still lives after this long (a lost node's actors are declared dead
-# by Ray's health checks; this bounds how long a stream waits for that).
-STREAM_SILENCE_CHECK_S = 3.0
 # Attempts to start a stream, or make a call, when its replica is lost before answering.
 START_ATTEMPTS = 3
 RAY_FAILURES: tuple[type[BaseException], ...] = (RayError, RayServeException)
 
 
-def _never() -> None:
+def never() -> None:
     return None
 
 
-def lost(model: str, replica: str, error: BaseException) -> EngineError:
+class ReplicaLost(EngineError):
+    """The replica serving a call is gone (its node lost, its actor killed): the call may go to another one. A
+    `runtime-error` to guests, as any `EngineError`."""
+
+
+def lost(model: str, replica: str, error: BaseException) -> ReplicaLost:
     who = f"Ray replica {replica}" if replica else "its Ray replica"
-    return EngineError(
+    return ReplicaLost(
         f"model {model!r}: {who} was lost ({type(error).__name__}); the next call goes to another replica"
     )
 
 
-def wait(response: Any, model: str, check: Callable[[], None] = _never, replica: str = "") -> Outcome:
+def wait(response: Any, model: str, check: Callable[[], None] = never, replica: str = "") -> Outcome:
     """A `DeploymentResponse`'s outcome, looking at the run while waiting; cancelled when the run ends."""
     while True:
         try:
@@ -55,12 +57,12 @@ def wait(response: Any, model: str, check: Callable[[], None] = _never, replica:
             raise lost(model, replica, e) from None
 
 
-def call(start: Callable[[], Any], model: str, check: Callable[[], None] = _never) -> Outcome:
+def call(start: Callable[[], Any], model: str, check: Callable[[], None] = never) -> Outcome:
     """`start()` sends the call; a replica lost before it answered is replaced by another (Ray routes the retry)."""
     for attempt in range(START_ATTEMPTS):
         try:
             return wait(start(), model, check)
-        except EngineError:
+        except ReplicaLost:  # not the run's own end (cancelled, past its deadline): that is raised as it is
             if attempt == START_ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")

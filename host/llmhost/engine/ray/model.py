@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from llmhost.config import ModelConfig
-from llmhost.engine.ray.calls import call, value
+from llmhost.engine.ray.calls import call, never, value
 from llmhost.engine.ray.protocol import affinity_key
 
 
@@ -25,4 +25,4 @@ class RayModel:
 
     def engine_call(self, method: str, *args: Any, check: Callable[[], None] | None = None, prompt: str = "") -> Any:
         start = functools.partial(self.handle.engine_call.remote, method, args, affinity=self.affinity(prompt))
-        return value(call(start, self.name, check) if check is not None else call(start, self.name))
+        return value(call(start, self.name, check or never))
