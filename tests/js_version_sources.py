@@ -36,6 +36,11 @@ ADDED = {
         "caught(() => sendStreamed({ method: 'GET', url: 'http://127.0.0.1:9/', headers: [], body: undefined, "
         "timeoutMs: undefined }))",
     ),
+    # The residency of the model the guest just ran: loaded, holding memory.
+    "0.2.5": (
+        'import { listModelStatus } from "llmhost:llm/llm@{v}";',
+        "listModelStatus().filter((s) => s.name === model).map((s) => [s.state, s.memoryBytes > 0])",
+    ),
 }
 TEMPLATE = """\
 // A guest written against llmhost:llm@{v}: it names that version in its imports, and builds against it.

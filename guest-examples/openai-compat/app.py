@@ -354,9 +354,21 @@ def model_kind(name):
         return None
 
 
-def model_json(name):
-    # `kind` is an extra field (OpenAI's clients keep fields they do not know): which models can chat.
-    return {"id": name, "object": "model", "created": 0, "owned_by": "llmhost", "kind": model_kind(name)}
+def model_json(name, statuses=None):
+    # Extra fields (OpenAI's clients keep fields they do not know): `kind`, which models can chat, and `status`.
+    entry = {"id": name, "object": "model", "created": 0, "owned_by": "llmhost", "kind": model_kind(name)}
+    status = (statuses or {}).get(name)
+    if status is not None:
+        entry["status"] = status_json(status)
+    return entry
+
+
+def status_json(s):
+    """A model's residency, as llama-server's router (`value`) and Ollama's /api/ps (`expires_at`, Unix time) tell
+    it: loaded or not, the memory it holds, seconds since its last use, when it unloads if it stays idle."""
+    expires = None if s.unload_in_s is None else int(time.time() + s.unload_in_s)
+    return {"value": s.state, "loaded": s.loaded, "memory_bytes": s.memory_bytes, "in_use": s.in_use,
+            "idle_s": s.idle_s, "keep_alive_s": s.keep_alive_s, "expires_at": expires}  # fmt: skip
 
 
 def default_model(path):
@@ -373,16 +385,17 @@ def default_model(path):
 
 
 def handle_models(model_id=None):
-    models = [model_json(m.name) for m in llm.list_models()]
+    statuses = {s.name: s for s in llm.list_model_status()}  # loads no model
+    models = [model_json(m.name, statuses) for m in llm.list_models()]
     if model_id is None:
         return json_response(200, {"object": "list", "data": models})
     found = next((model for model in models if model["id"] == model_id), None)
     if found is None:  # an alias the host config gives a model (`aliases`) is found under the name asked for
         try:
-            llm.model_info(model_id)
+            name = llm.model_info(model_id).name
         except LlmError:
             raise model_not_found(model_id) from None
-        found = model_json(model_id)
+        found = {**model_json(name, statuses), "id": model_id}
     return json_response(200, found)
 
 

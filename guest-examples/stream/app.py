@@ -12,10 +12,10 @@ DEFAULT_PROMPT = "Once upon a time, there was a dragon who"
 class WitWorld(_World):
     def run(self, args: list[str]) -> int:
         prompt = " ".join(args) if args else DEFAULT_PROMPT
+        chunks = 0
         try:
             # greedy: the same text every run; at most 40 tokens, cut at the first newline
             with llm.stream(prompt, MODEL, max_tokens=40, stop="\n", temperature=0.0) as stream:
-                chunks = 0
                 for chunk in stream:
                     chunks += 1
                     sys.stdout.write(chunk.text)

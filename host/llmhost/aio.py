@@ -19,28 +19,16 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
 from llmhost.api import App, Host
-from llmhost.chat.openai_shape import MessageLike, ToolChoiceLike, ToolLike
 from llmhost.chat.service import ChatStream, gather_chat
 from llmhost.config import HostConfig
+from llmhost.domain import types as dt
 from llmhost.domain.errors import EngineError
-from llmhost.domain.types import (
-    ChatEvent,
-    ChatResult,
-    EmbeddingInput,
-    EmbeddingsResult,
-    InferenceResult,
-    InferencingParams,
-    ModelInfo,
-    StreamChunk,
-    StreamDone,
-    StreamEvent,
-    TokenLogprob,
-)
+from llmhost.domain.signatures import arguments_of
 from llmhost.engine.base import Generation, TokenSequence
 from llmhost.run.scope import RunScope
 from llmhost.runtime.sandbox import OutputSink
@@ -95,7 +83,7 @@ class AsyncGeneration(_AsyncClosing):
     def __aiter__(self) -> AsyncGeneration:
         return self
 
-    async def __anext__(self) -> StreamEvent:
+    async def __anext__(self) -> dt.StreamEvent:
         if self._done:
             raise StopAsyncIteration
         try:
@@ -109,24 +97,24 @@ class AsyncGeneration(_AsyncClosing):
         if event is None:
             self._done = True
             raise StopAsyncIteration
-        if isinstance(event, StreamDone):
+        if isinstance(event, dt.StreamDone):
             self._done = True
         return event
 
-    async def _polled(self) -> StreamEvent | None:
+    async def _polled(self) -> dt.StreamEvent | None:
         waker, poll = self._waker, self._generation.poll  # type: ignore[attr-defined]
         assert waker is not None
         while True:
             waker.rearm()
             try:
-                event: StreamEvent | None = poll()
+                event: dt.StreamEvent | None = poll()
             except StopIteration:
                 return None
             if event is not None:
                 return event
             await waker.event.wait()
 
-    async def _pooled(self) -> StreamEvent | None:
+    async def _pooled(self) -> dt.StreamEvent | None:
         return await self._host.in_pool(next, self._generation, None)
 
     def _cancel(self) -> None:
@@ -146,12 +134,12 @@ class AsyncChatStream(_AsyncClosing):
     def __init__(self, chat: ChatStream, events: AsyncGeneration) -> None:
         self.chat = chat  # the sync stream the events are fed to
         self._events = events
-        self._queue: list[ChatEvent] = []
+        self._queue: list[dt.ChatEvent] = []
 
     def __aiter__(self) -> AsyncChatStream:
         return self
 
-    async def __anext__(self) -> ChatEvent:
+    async def __anext__(self) -> dt.ChatEvent:
         while not self._queue:
             if self.chat.done:
                 raise StopAsyncIteration
@@ -160,7 +148,7 @@ class AsyncChatStream(_AsyncClosing):
         return self._queue.pop(0)
 
     @property
-    def logprobs(self) -> list[TokenLogprob]:
+    def logprobs(self) -> list[dt.TokenLogprob]:
         return self.chat.logprobs
 
     async def aclose(self) -> None:
@@ -180,10 +168,10 @@ class AsyncSequence(_AsyncClosing):
     async def append_tokens(self, tokens: list[int]) -> None:
         await self._host.in_pool(self.sequence.append_tokens, tokens)
 
-    async def generate(self, params: InferencingParams) -> InferenceResult:
+    async def generate(self, params: dt.InferencingParams) -> dt.InferenceResult:
         return await collect(await self.generate_stream(params))
 
-    async def generate_stream(self, params: InferencingParams) -> AsyncGeneration:
+    async def generate_stream(self, params: dt.InferencingParams) -> AsyncGeneration:
         return await self._host.started(lambda: self.sequence.generate_stream(params))
 
     async def truncate(self, count: int) -> None:
@@ -277,36 +265,26 @@ class AsyncHost(_AsyncClosing):
             self.close_soon(future.result()[0].close)
 
     # -- the model API (as `Host`'s) ---------------------------------------------------------------------------
-    async def infer(self, model: str, prompt: str, params: InferencingParams | None = None) -> InferenceResult:
+    async def infer(self, model: str, prompt: str, params: dt.InferencingParams | None = None) -> dt.InferenceResult:
         return await collect(await self.infer_stream(model, prompt, params))
 
-    async def infer_stream(self, model: str, prompt: str, params: InferencingParams | None = None) -> AsyncGeneration:
+    async def infer_stream(
+        self, model: str, prompt: str, params: dt.InferencingParams | None = None
+    ) -> AsyncGeneration:
         """`Host.infer_stream`, read with `async for`. Input errors are raised by the await."""
         return await self.started(lambda: self.host.infer_stream(model, prompt, params))
 
-    async def chat(
-        self,
-        model: str,
-        messages: Iterable[MessageLike],
-        params: InferencingParams | None = None,
-        tools: Iterable[ToolLike] | None = None,
-        tool_choice: ToolChoiceLike | None = None,
-    ) -> ChatResult:
-        return await collect_chat(await self.chat_stream(model, messages, params, tools, tool_choice))
+    @arguments_of(Host.chat)
+    async def chat(self, *args: Any, **kwargs: Any) -> dt.ChatResult:
+        return await collect_chat(await self.chat_stream(*args, **kwargs))
 
-    async def chat_stream(
-        self,
-        model: str,
-        messages: Iterable[MessageLike],
-        params: InferencingParams | None = None,
-        tools: Iterable[ToolLike] | None = None,
-        tool_choice: ToolChoiceLike | None = None,
-    ) -> AsyncChatStream:
+    @arguments_of(Host.chat_stream)
+    async def chat_stream(self, *args: Any, **kwargs: Any) -> AsyncChatStream:
         """`Host.chat_stream`, read with `async for`. Input errors are raised by the await."""
         chats: list[ChatStream] = []
 
         def start() -> Generation:
-            chat = self.host.chat_stream(model, list(messages), params, tools, tool_choice)
+            chat = self.host.chat_stream(*args, **kwargs)
             assert isinstance(chat, ChatStream)  # the service's, for host-side callers
             chats.append(chat)
             return chat.generation
@@ -314,24 +292,17 @@ class AsyncHost(_AsyncClosing):
         events = await self.started(start)
         return AsyncChatStream(chats[0], events)
 
-    async def apply_chat_template(
-        self,
-        model: str,
-        messages: Iterable[MessageLike],
-        tools: Iterable[ToolLike] | None = None,
-        *,
-        add_generation_prompt: bool = True,
-    ) -> str:
-        call = functools.partial(self.host.apply_chat_template, add_generation_prompt=add_generation_prompt)
-        return await self.in_pool(call, model, list(messages), tools)
+    @arguments_of(Host.apply_chat_template)
+    async def apply_chat_template(self, *args: Any, **kwargs: Any) -> str:
+        return await self.in_pool(functools.partial(self.host.apply_chat_template, *args, **kwargs))
 
     async def tokenize(self, model: str, text: str) -> list[int]:
         return await self.in_pool(self.host.tokenize, model, text)
 
-    async def model_info(self, model: str) -> ModelInfo:
+    async def model_info(self, model: str) -> dt.ModelInfo:
         return await self.in_pool(self.host.model_info, model)
 
-    async def embeddings(self, model: str, texts: Sequence[EmbeddingInput]) -> EmbeddingsResult:
+    async def embeddings(self, model: str, texts: Sequence[dt.EmbeddingInput]) -> dt.EmbeddingsResult:
         return await self.in_pool(self.host.embeddings, model, texts)
 
     async def open_sequence(self, model: str) -> AsyncSequence:
@@ -350,17 +321,17 @@ class AsyncHost(_AsyncClosing):
         self._closer.shutdown(wait=False)
 
 
-async def collect(stream: AsyncIterator[StreamEvent] | AsyncGeneration) -> InferenceResult:
+async def collect(stream: AsyncIterator[dt.StreamEvent] | AsyncGeneration) -> dt.InferenceResult:
     """An async generation run to its end, as one result (what `infer` returns)."""
     parts: list[str] = []
-    logprobs: list[TokenLogprob] = []
+    logprobs: list[dt.TokenLogprob] = []
     try:
         async for event in stream:
-            if isinstance(event, StreamChunk):
+            if isinstance(event, dt.StreamChunk):
                 parts.append(event.text)
                 logprobs.extend(event.logprobs)
             else:
-                return InferenceResult(
+                return dt.InferenceResult(
                     finish_reason=event.finish_reason, text="".join(parts), usage=event.usage, logprobs=tuple(logprobs)
                 )
     finally:
@@ -369,13 +340,13 @@ async def collect(stream: AsyncIterator[StreamEvent] | AsyncGeneration) -> Infer
     raise EngineError("generation ended without a done event")
 
 
-async def collect_chat(stream: AsyncChatStream) -> ChatResult:
+async def collect_chat(stream: AsyncChatStream) -> dt.ChatResult:
     """An async chat run to its end, as one result (what `chat` returns; gathered as the sync one is)."""
-    events: list[ChatEvent] = []
+    events: list[dt.ChatEvent] = []
     try:
         async for event in stream:
             events.append(event)
-            if isinstance(event, StreamDone):
+            if isinstance(event, dt.StreamDone):
                 break
     finally:
         await stream.aclose()

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from wasmtime import Engine as WasmEngine
 from wasmtime import Store, WasmtimeError
@@ -23,20 +24,9 @@ from llmhost.chat.openai_shape import MessageLike, ToolChoiceLike, ToolLike, cha
 from llmhost.chat.openai_shape import tool_choice as chat_tool_choice
 from llmhost.chat.service import ChatGeneration, collect_chat
 from llmhost.config import ConfigError, EnvValue, HostConfig, alias_map
+from llmhost.domain import types as dt
 from llmhost.domain.limits import MAX_LIFTED_ITEMS
-from llmhost.domain.types import (
-    DEFAULT_PARAMS,
-    ChatParams,
-    ChatResult,
-    EmbeddingInput,
-    EmbeddingsResult,
-    InferenceResult,
-    InferencingParams,
-    ModelInfo,
-    StreamChunk,
-    check_text,
-    embedding_inputs,
-)
+from llmhost.domain.signatures import arguments_of
 from llmhost.engine.base import Engine, Generation, TokenSequence, collect
 from llmhost.engine.registry import Registry, create_registry
 from llmhost.grants import Grants, GrantServices
@@ -308,57 +298,51 @@ class Host:
         self,
         model: str,
         prompt: str,
-        params: InferencingParams | None = None,
+        params: dt.InferencingParams | None = None,
         *,
-        on_chunk: Callable[[StreamChunk], None] | None = None,
-    ) -> InferenceResult:
+        on_chunk: Callable[[dt.StreamChunk], None] | None = None,
+    ) -> dt.InferenceResult:
         """Generate a completion. `on_chunk` is called with each chunk as soon as its text is certain."""
-        check_text(prompt, "prompt")  # as every text of the Python API: a lone surrogate is InvalidInput
-        params = params if params is not None else DEFAULT_PARAMS
+        dt.check_text(prompt, "prompt")  # as every text of the Python API: a lone surrogate is InvalidInput
+        params = params if params is not None else dt.DEFAULT_PARAMS
         if on_chunk is None:
             return self._llm.infer(model, prompt, params)
         return collect(self._llm.infer_stream(model, prompt, params), on_chunk)
 
-    def infer_stream(self, model: str, prompt: str, params: InferencingParams | None = None) -> Generation:
+    def infer_stream(self, model: str, prompt: str, params: dt.InferencingParams | None = None) -> Generation:
         """The same generation as `infer`, as an iterator of `StreamChunk`s ending with one `StreamDone`.
 
         Input errors are raised here, before any token is generated. `close()` cancels the generation and
         frees its engine slot.
         """
-        check_text(prompt, "prompt")
-        return self._llm.infer_stream(model, prompt, params if params is not None else DEFAULT_PARAMS)
-
-    def chat(
-        self,
-        model: str,
-        messages: Iterable[MessageLike],
-        params: InferencingParams | None = None,
-        tools: Iterable[ToolLike] | None = None,
-        tool_choice: ToolChoiceLike | None = None,
-    ) -> ChatResult:
-        """The WIT `chat`: a reply rendered with the model's template, text or tool calls (`result.message`).
-
-        `messages`: `ChatMessage`s or OpenAI-shaped dicts (`{"role": "user", "content": "..."}`); `tools`: `Tool`s or
-        OpenAI function dicts; `tool_choice`: `"auto"`, `"none"`, `"required"`, a named function or a `ToolChoice`.
-        """
-        return collect_chat(self.chat_stream(model, messages, params, tools, tool_choice))
+        dt.check_text(prompt, "prompt")
+        return self._llm.infer_stream(model, prompt, params if params is not None else dt.DEFAULT_PARAMS)
 
     def chat_stream(
         self,
         model: str,
         messages: Iterable[MessageLike],
-        params: InferencingParams | None = None,
+        params: dt.InferencingParams | None = None,
         tools: Iterable[ToolLike] | None = None,
         tool_choice: ToolChoiceLike | None = None,
     ) -> ChatGeneration:
         """The same chat as `chat`, as an iterator of `StreamChunk`s (text), `ToolCallDelta`s, then one
         `StreamDone`. Input errors are raised here; `close()` cancels it and frees its slot."""
-        chat_params = ChatParams(
-            inferencing=params if params is not None else DEFAULT_PARAMS,
+        chat_params = dt.ChatParams(
+            inferencing=params if params is not None else dt.DEFAULT_PARAMS,
             tools=chat_tools(tools),
             tool_choice=chat_tool_choice(tool_choice),
         )
         return self._llm.chat_stream(model, chat_messages(messages), chat_params)
+
+    @arguments_of(chat_stream)
+    def chat(self, *args: Any, **kwargs: Any) -> dt.ChatResult:
+        """The WIT `chat`: a reply rendered with the model's template, text or tool calls (`result.message`).
+
+        `messages`: `ChatMessage`s or OpenAI-shaped dicts (`{"role": "user", "content": "..."}`); `tools`: `Tool`s or
+        OpenAI function dicts; `tool_choice`: `"auto"`, `"none"`, `"required"`, a named function or a `ToolChoice`.
+        """
+        return collect_chat(self.chat_stream(*args, **kwargs))
 
     def apply_chat_template(
         self,
@@ -376,16 +360,16 @@ class Host:
         return self._llm.open_sequence(model)
 
     def tokenize(self, model: str, text: str) -> list[int]:
-        check_text(text, "text")
+        dt.check_text(text, "text")
         return self._llm.tokenize(model, text)
 
-    def model_info(self, model: str) -> ModelInfo:
+    def model_info(self, model: str) -> dt.ModelInfo:
         return self._llm.model_info(model)
 
-    def embeddings(self, model: str, texts: Sequence[EmbeddingInput]) -> EmbeddingsResult:
+    def embeddings(self, model: str, texts: Sequence[dt.EmbeddingInput]) -> dt.EmbeddingsResult:
         """One vector per text, or per token-id list (its ids as they are: no beginning-of-sequence token added).
         `texts` is a list (or tuple) of those; anything else is `InvalidInput` saying what was expected."""
-        return self._llm.embeddings(model, embedding_inputs(texts))
+        return self._llm.embeddings(model, dt.embedding_inputs(texts))
 
     def models(self) -> list[ModelSummary]:
         return [

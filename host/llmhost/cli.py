@@ -144,6 +144,11 @@ def pull_option() -> Callable[[F], F]:
     )
 
 
+def guest_dir_argument() -> Callable[[F], F]:
+    """build's and bindings' DIR: a guest's directory."""
+    return click.argument("app_dir", metavar="DIR", type=click.Path(exists=True, file_okay=False, path_type=Path))
+
+
 def watch_option(what: str) -> Callable[[F], F]:
     """`--watch` of serve and mcp."""
     return click.option(
@@ -152,6 +157,43 @@ def watch_option(what: str) -> Callable[[F], F]:
         help=f"Rebuild a component built from a guest directory when its sources change, and swap it in: {what}. "
         "Models stay loaded; a failed build is logged and the previous version keeps serving.",
     )
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """The options serve and mcp share (`server_options`)."""
+
+    config_path: Path | None
+    listen: str | None
+    log_level: str
+    pull: bool
+    watch: bool
+
+
+def server_options(config: str, listen: str, log_level: str, watch: str) -> Callable[[F], F]:
+    """serve's and mcp's shared options, each with its help for the command (`watch`: what a swap does to its
+    clients), given to the command as one `options: ServerOptions`."""
+
+    def apply(command: F) -> F:
+        @functools.wraps(command)
+        def with_options(
+            *args: Any, config_path: Path | None, listen: str | None, log_level: str, pull: bool, watch: bool, **kw: Any
+        ) -> Any:
+            return command(*args, options=ServerOptions(config_path, listen, log_level, pull, watch), **kw)
+
+        stacked = (
+            config_option(config),
+            listen_option(listen),
+            log_level_option(log_level),
+            pull_option(),
+            watch_option(watch),
+        )
+        decorated: Any = with_options
+        for option in reversed(stacked):  # as if stacked in this order above the command
+            decorated = option(decorated)
+        return decorated
+
+    return apply
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -223,7 +265,7 @@ def _build_for_run(settings: Settings, app_dir: Path, world: str | None) -> Path
 
 
 @cli.command()
-@click.argument("app_dir", metavar="DIR", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@guest_dir_argument()
 @click.option(
     "--output",
     "-o",
@@ -261,7 +303,7 @@ def build(settings: Settings, app_dir: Path, output: Path, world: str | None, up
 
 
 @cli.command()
-@click.argument("app_dir", metavar="DIR", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@guest_dir_argument()
 @click.option(
     "--output",
     "-o",
@@ -341,11 +383,12 @@ def new(name: str, template: str, lang: str) -> None:
 
 @cli.command()
 @click.argument("app", required=False, type=click.Path(exists=True, path_type=Path), envvar="LLMHOST_SERVE_APP")
-@config_option("App config (TOML): routes, components, grants, limits, listen address, models. Overrides llmhost -c.")
-@listen_option("HOST:PORT to listen on (port 0: any free port) [default: the config's `listen`, else 127.0.0.1:8080].")
-@log_level_option("info logs one line per request: method, path, status, duration, tokens.")
-@pull_option()
-@watch_option("requests in flight finish on the old version, new ones get the new one")
+@server_options(
+    config="App config (TOML): routes, components, grants, limits, listen address, models. Overrides llmhost -c.",
+    listen="HOST:PORT to listen on (port 0: any free port) [default: the config's `listen`, else 127.0.0.1:8080].",
+    log_level="info logs one line per request: method, path, status, duration, tokens.",
+    watch="requests in flight finish on the old version, new ones get the new one",
+)
 @click.option(
     "--ray",
     "on_ray",
@@ -362,17 +405,7 @@ def new(name: str, template: str, lang: str) -> None:
 )
 @click.pass_obj
 @reports_errors
-def serve(
-    settings: Settings,
-    app: Path | None,
-    config_path: Path | None,
-    listen: str | None,
-    log_level: str,
-    pull: bool,
-    watch: bool,
-    on_ray: bool,
-    preload: tuple[str, ...],
-) -> None:
+def serve(settings: Settings, app: Path | None, options: ServerOptions, on_ray: bool, preload: tuple[str, ...]) -> None:
     """Serve APP.wasm (an `http-app` component) on every path, or the app a config describes. APP may be a guest
     directory: it is built first when its sources changed.
 
@@ -380,14 +413,14 @@ def serve(
     (bounded by `shutdown-grace-s`) and exit 0.
     """
     if on_ray:
-        if app is not None or listen is not None or watch or preload:
+        if app is not None or options.listen is not None or options.watch or preload:
             raise click.UsageError(
                 "--ray deploys an app config (-c APP.toml) as it is: no APP, --listen, --watch or --preload"
             )
-        path = config_path or settings.config_path
+        path = options.config_path or settings.config_path
         if path is None:
             raise click.UsageError("--ray: give the app config with -c/--config")
-        _pull_for(settings, path, pull)
+        _pull_for(settings, path, options.pull)
         from llmhost.serve_ray.build import deploy
 
         click.echo(deploy(path))
@@ -395,33 +428,24 @@ def serve(
     from llmhost.serve import run
     from llmhost.serve.server import preload_problem
 
-    serve_settings = _server_settings(
-        settings, app, config_path, listen, pull, "give APP.wasm, or an app config with -c/--config"
-    )
+    serve_settings = _server_settings(settings, app, options, "give APP.wasm, or an app config with -c/--config")
     problem = preload_problem(serve_settings, preload)
     if problem is not None:
         raise click.BadParameter(problem, param_hint="--preload")
-    sys.exit(run(serve_settings, log_level, watch, preload))
+    sys.exit(run(serve_settings, options.log_level, options.watch, preload))
 
 
 @cli.command()
 @click.argument("app", required=False, type=click.Path(exists=True, path_type=Path))
-@config_option("App config (TOML), as for serve: components, grants, limits, models, API keys.")
-@listen_option("Serve Streamable HTTP on HOST:PORT at /mcp (port 0: any free port) instead of stdio.")
-@log_level_option("info logs one line per tool call that fails, and the tools at start.")
-@pull_option()
-@watch_option("clients are sent notifications/tools/list_changed when the tools change")
+@server_options(
+    config="App config (TOML), as for serve: components, grants, limits, models, API keys.",
+    listen="Serve Streamable HTTP on HOST:PORT at /mcp (port 0: any free port) instead of stdio.",
+    log_level="info logs one line per tool call that fails, and the tools at start.",
+    watch="clients are sent notifications/tools/list_changed when the tools change",
+)
 @click.pass_obj
 @reports_errors
-def mcp(
-    settings: Settings,
-    app: Path | None,
-    config_path: Path | None,
-    listen: str | None,
-    log_level: str,
-    pull: bool,
-    watch: bool,
-) -> None:
+def mcp(settings: Settings, app: Path | None, options: ServerOptions) -> None:
     """Serve the functions a component exports as MCP tools: APP.wasm (or a guest directory, built first when its
     sources changed) over stdio, or every component of an app config over Streamable HTTP with --listen.
 
@@ -431,28 +455,22 @@ def mcp(
     from llmhost.mcp.server import run
 
     missing = "give APP.wasm or a guest directory, or an app config with -c/--config"
-    serve_settings = _server_settings(settings, app, config_path, listen, pull, missing, routed=False)
-    sys.exit(run(serve_settings, stdio=listen is None, log_level=log_level, watch=watch))
+    serve_settings = _server_settings(settings, app, options, missing, routed=False)
+    sys.exit(run(serve_settings, stdio=options.listen is None, log_level=options.log_level, watch=options.watch))
 
 
 def _server_settings(
-    settings: Settings,
-    app: Path | None,
-    config_path: Path | None,
-    listen: str | None,
-    pull: bool,
-    missing: str,
-    routed: bool = True,
+    settings: Settings, app: Path | None, options: ServerOptions, missing: str, routed: bool = True
 ) -> ServeSettings:
     """serve's and mcp's settings: APP and/or the app config (`missing`: the usage error when neither is given),
     their `--pull` first."""
     from llmhost.serve import settings_for
 
-    if app is None and config_path is None and settings.config_path is None:
+    if app is None and options.config_path is None and settings.config_path is None:
         raise click.UsageError(missing)
-    _pull_for(settings, config_path, pull)
-    path = config_path or settings.config_path
-    return settings_for(path, app, listen, settings.cache_dir, routed=routed, note=_note)
+    _pull_for(settings, options.config_path, options.pull)
+    path = options.config_path or settings.config_path
+    return settings_for(path, app, options.listen, settings.cache_dir, routed=routed, note=_note)
 
 
 def _pull_for(settings: Settings, config_path: Path | None, pull: bool) -> None:
@@ -515,17 +533,25 @@ def pull(settings: Settings, ref: str, revision: str, name: str | None, add_to: 
     "--memory",
     is_flag=True,
     help="Also show each local model's keep-alive-s and MEMORY, the footprint the `[engine] memory-budget-mb` counts "
-    "(file plus KV cache, an estimate); a running server's loaded models are its metrics' llmhost_model_loaded.",
+    "(file plus KV cache, an estimate).",
+)
+@click.option(
+    "--server",
+    metavar="URL",
+    help="Show a running server's models instead: LOADED (yes, no, loading, unloading, remote), MEMORY, IN-USE, "
+    "IDLE and UNLOADS-IN, read from its metrics listener's /models (URL: its `metrics-listen` address, e.g. "
+    "http://127.0.0.1:9464).",
 )
 @click.pass_obj
 @reports_errors
-def models(settings: Settings, memory: bool) -> None:
+def models(settings: Settings, memory: bool, server: str | None) -> None:
     """List the configured models: name, kind (base, instruct or embedding), context length, file size,
     quantization, whether the file carries a chat template, aliases (comma-separated; `-`: none), source. Reads
-    no more than each GGUF's header."""
-    from llmhost.engine.listing import model_rows
+    no more than each GGUF's header. With --server, a running server's models: loaded or not, memory, idle time."""
+    from llmhost.engine.listing import model_rows, read_statuses, status_rows
 
-    for line in model_rows(settings.config(), memory=memory):
+    lines = status_rows(read_statuses(server)) if server is not None else model_rows(settings.config(), memory=memory)
+    for line in lines:
         click.echo(line)
 
 

@@ -1,7 +1,8 @@
 """`llmhost serve` with `metrics-listen`, the real model and real guests: exact counter deltas and histogram counts
 for known requests (2xx, 4xx, a trap, a deadline, memory, a dropped log), token counters equal to the responses'
 usage, gauges under load, /healthz and /readyz (503 before ready and during shutdown), and a real Prometheus
-(Debian's package) scraping it and answering PromQL."""
+(Debian's package) scraping it and answering PromQL; each model's residency alike in /v1/models, the listener's /models,
+`llmhost models --server` and the gauges."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ from serve_driver import LISTENING, LLMHOST, METRICS_LINE, START_TIMEOUT_S, Samp
 
 pytestmark = [pytest.mark.model, pytest.mark.wasm]
 MODEL = "gemma-3-270m"
+STATUS_MODEL = "smollm2-135m"
+STATUS_KEEP_ALIVE_S = 4.0
+UNLOAD_TIMEOUT_S = 30.0
 
 
 class MetricsServer:
@@ -61,6 +65,9 @@ shutdown-grace-s = 4
 [models.gemma-3-270m]
 slots = 2
 
+[models.smollm2-135m]  # test_model_status_*: used by no other test here, unloads soon once idle
+keep-alive-s = {STATUS_KEEP_ALIVE_S}
+
 [limits]
 deadline-s = 120
 max-tokens = 4000
@@ -77,7 +84,7 @@ deadline-s = 1
 
 [components.openai]
 source = "{http_wasm["openai-compat"]}"
-allowed-models = ["{MODEL}"]
+allowed-models = ["{MODEL}", "{STATUS_MODEL}"]
 
 [routes]
 "/" = "probe"
@@ -238,6 +245,61 @@ def test_gauges_under_load_show_busy_slots_and_waiting_requests(metrics_server: 
         time.sleep(0.1)
     assert value(samples, "llmhost_slots_busy", model=MODEL) == 0
     assert value(samples, "llmhost_admission_waiting", model=MODEL) == 0
+
+
+def test_model_status_agrees_in_v1_models_the_listener_the_cli_and_the_metrics(metrics_server: MetricsServer) -> None:
+    """Issue 69: each model loaded or not, with its memory and last use, alike through the official `openai` client
+    (openai-compat's /v1/models, from WIT `list-model-status`), the listener's /models, `llmhost models --server`
+    and the gauges: not loaded, loaded by a completion, unloaded again once its keep-alive has passed."""
+    from openai import OpenAI
+
+    server = metrics_server.server
+    client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=120)
+    listener_url = f"http://{metrics_server.host}:{metrics_server.port}"
+
+    def listed() -> dict[str, Any]:
+        return {m.id: (m.model_extra or {})["status"] for m in client.models.list()}
+
+    def served() -> dict[str, Any]:
+        status, content_type, body = metrics_server.get("/models")
+        assert status == 200 and content_type == "application/json", body
+        return {entry["name"]: entry for entry in json.loads(body)["models"]}
+
+    before = listed()
+    assert set(before) == {MODEL, STATUS_MODEL}  # the component's models only
+    assert before[MODEL]["loaded"] and before[MODEL]["memory_bytes"] > 0  # --preload
+    assert (before[STATUS_MODEL]["value"], before[STATUS_MODEL]["loaded"], before[STATUS_MODEL]["memory_bytes"]) == (
+        "unloaded", False, 0,
+    )  # fmt: skip
+    assert served()[STATUS_MODEL]["state"] == "unloaded"  # asking loaded nothing
+
+    client.completions.create(model=STATUS_MODEL, prompt="Hello", max_tokens=2)
+    used = time.time()
+    table = subprocess.run(
+        [LLMHOST, "models", "--server", listener_url], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    now, listener, samples = listed()[STATUS_MODEL], served(), metrics_server.samples()
+    assert now["value"] == "loaded" and now["loaded"] and now["memory_bytes"] > 0 and now["in_use"] == 0, now
+    assert 0 <= now["idle_s"] < STATUS_KEEP_ALIVE_S and now["keep_alive_s"] == STATUS_KEEP_ALIVE_S, now
+    assert used <= now["expires_at"] + 1 <= used + STATUS_KEEP_ALIVE_S + 2, now
+    entry = listener[STATUS_MODEL]
+    assert (entry["state"], entry["loaded"], entry["memory_bytes"]) == ("loaded", True, now["memory_bytes"]), entry
+    assert entry["idle_s"] >= now["idle_s"] and entry["unload_in_s"] <= STATUS_KEEP_ALIVE_S
+    assert value(samples, "llmhost_model_loaded", model=STATUS_MODEL) == 1
+    assert value(samples, "llmhost_model_memory_bytes", model=STATUS_MODEL) == now["memory_bytes"]
+    rows = {line.split()[0]: line.split() for line in table.splitlines()}
+    assert rows["NAME"] == ["NAME", "LOADED", "MEMORY", "IN-USE", "IDLE", "UNLOADS-IN"], table
+    assert rows[STATUS_MODEL][1:4] == ["yes", f"{now['memory_bytes'] / 1e6:.0f}MB", "0"], table
+    assert rows[MODEL][1] == "yes" and set(rows) >= {"NAME", MODEL, STATUS_MODEL, "all-minilm-l6-v2"}, table
+
+    deadline = time.monotonic() + UNLOAD_TIMEOUT_S
+    while listed()[STATUS_MODEL]["value"] != "unloaded" and time.monotonic() < deadline:  # through "unloading"
+        time.sleep(0.2)
+    after = listed()[STATUS_MODEL]
+    assert (after["value"], after["memory_bytes"], after["idle_s"], after["expires_at"]) == ("unloaded", 0, None, None)
+    assert time.time() - used >= STATUS_KEEP_ALIVE_S - 0.5  # not before its keep-alive
+    assert served()[STATUS_MODEL]["state"] == "unloaded"
+    assert value(metrics_server.samples(), "llmhost_model_loaded", model=STATUS_MODEL) == 0
 
 
 def promql(port: int, query: str) -> list[dict[str, Any]]:

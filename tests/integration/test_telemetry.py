@@ -14,6 +14,7 @@ import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -220,3 +221,76 @@ def test_a_stream_is_one_span_for_its_lifetime_with_its_model_work(traced: Serve
     work_spans = [one(spans, name) for name in ("llm.queue", "llm.prefill", "llm.decode")]
     assert {span.parent_id for span in work_spans} == {stream.span_id}
     assert not any(span.name.endswith(".next") for span in spans)  # nothing per token
+
+
+def test_an_mcp_tool_call_is_one_trace_from_the_call_to_the_models_work(
+    tool_wasm: dict[str, Path], receiver: Receiver, tmp_path: Path, llmhost_cache_dir: Path
+) -> None:
+    """`llmhost mcp` traced, a tool called with the official MCP client over Streamable HTTP: the call's own server
+    span, the component's, the guest's `llm.infer` with its GenAI attributes, and the model's work under it; a
+    caller's `traceparent` (in the request's `_meta`, or an HTTP header) continued."""
+    import anyio
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    prompt = "A prompt that no span may hold"
+    config = tmp_path / "mcp.toml"
+    config.write_text(
+        f'data-dir = "{tmp_path / "data"}"\n\n[telemetry]\notlp-endpoint = "{receiver.endpoint}"\n\n'
+        f'[engine]\nkind = "fake-decoder"\n\n[components.probe]\nsource = "{tool_wasm["mcp_probe"]}"\n'
+    )
+    receiver.clear()
+
+    sent = {"_meta": "4bf92f3577b34da6a3ce929d0e0e4736", "header": "0af7651916cd43dd8448eb211c80319c"}
+    caller_span = "00f067aa0ba902b7"
+    args = {"prompt": prompt, "max-tokens": 5}
+
+    async def call(url: str) -> list[Any]:
+        import httpx2
+
+        async with streamable_http_client(url) as (read, write, *_), ClientSession(read, write) as session:
+            await session.initialize()
+            plain = await session.call_tool("generate", args)
+            meta = {"traceparent": f"00-{sent['_meta']}-{caller_span}-01"}
+            continued = await session.call_tool("generate", args, meta=meta)  # type: ignore[arg-type]
+        headers = {"traceparent": f"00-{sent['header']}-{caller_span}-01"}
+        async with (
+            httpx2.AsyncClient(headers=headers) as client,
+            streamable_http_client(url, http_client=client) as (read, write, *_),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            return [plain, continued, await session.call_tool("generate", args)]
+
+    with serving(["-c", str(config)], llmhost_cache_dir, command="mcp", extra_env=server_env()) as server:
+        results = anyio.run(call, f"http://{server.host}:{server.port}/mcp")
+        every = receiver.wait_for(lambda got: sum(s.kind == "SERVER" for s in got) >= 3, ARRIVE_S)
+        assert server.stop() == 0
+    for result in results:
+        assert not result.is_error and result.structured_content["generated"] == 5, result
+
+    calls = [span for span in every if span.name == "tools/call generate"]
+    # A caller's trace context, in the request's `_meta` or in the HTTP request's headers: the call continues it.
+    for where, trace_id in sent.items():
+        continued = [span for span in calls if span.trace_id == trace_id]
+        assert [span.parent_id for span in continued] == [caller_span], (where, calls)
+    tool = one([span for span in calls if span.trace_id not in sent.values()], "tools/call generate")
+    spans = [span for span in every if span.trace_id == tool.trace_id]  # the plain call's trace, a new one
+    assert (tool.kind, tool.parent_id, tool.service) == ("SERVER", "", "llmhost")
+    assert tool.attributes["mcp.method.name"] == "tools/call" and tool.attributes["gen_ai.tool.name"] == "generate"
+    assert str(tool.attributes["llmhost.request_id"]).startswith("call-")
+    component = one(spans, "component probe")
+    assert (component.parent_id, component.attributes["llmhost.component"]) == (tool.span_id, "probe")
+    infer = one(spans, "llm.infer")
+    assert infer.parent_id == component.span_id
+    assert infer.attributes["gen_ai.operation.name"] == "text_completion"
+    assert infer.attributes["gen_ai.request.model"] == "gemma-3-270m"
+    assert infer.attributes["gen_ai.request.max_tokens"] == 5
+    assert infer.attributes["gen_ai.usage.output_tokens"] == 5 and infer.attributes["gen_ai.usage.input_tokens"] > 0
+    assert infer.attributes["gen_ai.response.finish_reasons"] == ("length",)
+    queue, prefill, decode = (one(spans, name) for name in ("llm.queue", "llm.prefill", "llm.decode"))
+    assert {queue.parent_id, prefill.parent_id, decode.parent_id} == {infer.span_id}
+    assert queue.end_ns <= prefill.start_ns + 1000 and prefill.end_ns <= decode.start_ns + 1000
+    assert tool.start_ns <= component.start_ns <= infer.start_ns <= queue.start_ns and decode.end_ns <= tool.end_ns
+    assert decode.attributes["gen_ai.usage.output_tokens"] == 5
+    assert prompt not in json.dumps([[s.name, s.attributes] for s in spans])  # content capture is off

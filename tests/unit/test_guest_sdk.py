@@ -411,6 +411,26 @@ def test_model_kind_names_the_wit_enum_case(sdk: tuple[Any, FakeLlm]) -> None:
     assert guest.llm.model_kind() == "base"
 
 
+class ModelState(Enum):
+    LOADED = 2
+    REMOTE = 4
+
+
+def test_list_model_status_converts_the_record_and_falls_back_on_an_earlier_wit(sdk: tuple[Any, FakeLlm]) -> None:
+    guest, fake = sdk
+    fake.list_models = lambda: [types.SimpleNamespace(name="a"), types.SimpleNamespace(name="b")]  # type: ignore[attr-defined]
+    # Built against 0.2.4: no `list_model_status` in the bindings; each model is listed, its state unknown.
+    assert [(s.name, s.state, s.loaded) for s in guest.llm.list_model_status()] == [
+        ("a", "unknown", False), ("b", "unknown", False),
+    ]  # fmt: skip
+    record = types.SimpleNamespace(
+        name="a", state=ModelState.LOADED, memory_bytes=5, in_use=0, idle_ms=1500, keep_alive_ms=None, unload_in_ms=None
+    )
+    fake.list_model_status = lambda: [record]  # type: ignore[attr-defined]
+    (status,) = guest.llm.list_model_status()
+    assert status == guest.llm.ModelStatus("a", "loaded", 5, 0, 1.5, None, None) and status.loaded
+
+
 def test_embed_returns_vectors_with_their_usage(sdk: tuple[Any, FakeLlm]) -> None:
     guest, fake = sdk
 

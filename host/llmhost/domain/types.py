@@ -437,6 +437,15 @@ def embedding_inputs(texts: object) -> list[EmbeddingInput]:
     return inputs
 
 
+def encodable(text: str, codec: str) -> bool:
+    """Whether `text` can be encoded with `codec` (UTF-8: no lone surrogate; latin-1: what an HTTP header can carry)."""
+    try:
+        text.encode(codec)
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def check_text(text: str, what: str) -> None:
     """A text from a Python caller must be valid Unicode: a lone surrogate (e.g. from `json.loads` of "\\ud800")
     cannot be encoded as UTF-8, which the tokenizer (and any WIT string) needs."""

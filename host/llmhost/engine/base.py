@@ -8,20 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, runtime_checkable
 
 from llmhost.config import ModelConfig
+from llmhost.domain import types as dt
 from llmhost.domain.errors import EngineError, ModelNotSupported
-from llmhost.domain.types import (
-    BeamParams,
-    EmbeddingInput,
-    EmbeddingsResult,
-    InferenceResult,
-    InferencingParams,
-    ModelInfo,
-    StreamChunk,
-    StreamDone,
-    StreamEvent,
-    TokenLogprob,
-    TopLogprob,
-)
 
 if TYPE_CHECKING:
     from llmhost.engine.chat_template import TemplateInfo
@@ -103,9 +91,9 @@ UNBOUNDED = Bounds()
 class Generation(Protocol):
     """A running generation: iterate to get chunks, then exactly one `StreamDone`. `close()` cancels it."""
 
-    def __iter__(self) -> Iterator[StreamEvent]: ...
+    def __iter__(self) -> Iterator[dt.StreamEvent]: ...
 
-    def __next__(self) -> StreamEvent: ...
+    def __next__(self) -> dt.StreamEvent: ...
 
     def close(self) -> None: ...
 
@@ -129,9 +117,9 @@ class TokenSequence(Protocol):
 
     def append_tokens(self, tokens: list[int]) -> None: ...
 
-    def generate(self, params: InferencingParams) -> InferenceResult: ...
+    def generate(self, params: dt.InferencingParams) -> dt.InferenceResult: ...
 
-    def generate_stream(self, params: InferencingParams) -> Generation: ...
+    def generate_stream(self, params: dt.InferencingParams) -> Generation: ...
 
     def truncate(self, count: int) -> None: ...
 
@@ -141,17 +129,17 @@ class TokenSequence(Protocol):
         """The log-likelihood of each continuation given the sequence (which is left unchanged)."""
         ...
 
-    def beam_search(self, params: BeamParams, bounds: Bounds = UNBOUNDED) -> list[tuple[TokenSequence, float]]:
+    def beam_search(self, params: dt.BeamParams, bounds: Bounds = UNBOUNDED) -> list[tuple[TokenSequence, float]]:
         """Beam search from the sequence: new sequences with their scores, best first."""
         ...
 
-    def next_token_logprobs(self, top: int, bounds: Bounds = UNBOUNDED) -> list[TopLogprob]:
+    def next_token_logprobs(self, top: int, bounds: Bounds = UNBOUNDED) -> list[dt.TopLogprob]:
         """The `top` most likely next tokens under the raw distribution, best first (the sequence is unchanged)."""
         ...
 
     def append_tokens_with_logprobs(
         self, tokens: list[int], top: int, bounds: Bounds = UNBOUNDED
-    ) -> list[TokenLogprob | None]:
+    ) -> list[dt.TokenLogprob | None]:
         """Append token ids; each one's logprob after the tokens before it, with `top` alternatives (None: the
         first token of an empty sequence)."""
         ...
@@ -166,23 +154,23 @@ class TokenSequence(Protocol):
 class Engine(Protocol):
     def model_names(self) -> list[str]: ...
 
-    def list_models(self) -> list[ModelInfo]:
+    def list_models(self) -> list[dt.ModelInfo]:
         """Every configured model's facts, without loading any (0 for what is unknown until loaded)."""
         ...
 
-    def model_info(self, model: str) -> ModelInfo: ...
+    def model_info(self, model: str) -> dt.ModelInfo: ...
 
     def tokenize(self, model: str, text: str) -> list[int]: ...
 
-    def stream(self, model: str, prompt: str, params: InferencingParams) -> Generation:
+    def stream(self, model: str, prompt: str, params: dt.InferencingParams) -> Generation:
         """Validate and start a generation. Raises `LlmError` for bad input before any token is generated."""
         ...
 
-    def infer(self, model: str, prompt: str, params: InferencingParams) -> InferenceResult: ...
+    def infer(self, model: str, prompt: str, params: dt.InferencingParams) -> dt.InferenceResult: ...
 
     def embeddings(
-        self, model: str, texts: Sequence[EmbeddingInput], check: Callable[[], None] | None = None
-    ) -> EmbeddingsResult:
+        self, model: str, texts: Sequence[dt.EmbeddingInput], check: Callable[[], None] | None = None
+    ) -> dt.EmbeddingsResult:
         """Texts, or token-id lists taken as they are. `check()` runs between bounded pieces of work and raises
         `LlmError` to stop (cancel, deadline)."""
         ...
@@ -197,21 +185,21 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
-def collect(generation: Generation, on_chunk: Callable[[StreamChunk], None] | None = None) -> InferenceResult:
+def collect(generation: Generation, on_chunk: Callable[[dt.StreamChunk], None] | None = None) -> dt.InferenceResult:
     """Run a generation to its end and gather its chunks into one result (what `infer` returns).
 
     `on_chunk`: the per-token hook, called with every chunk as it is generated (the CLI prints with it)."""
     parts: list[str] = []
-    logprobs: list[TokenLogprob] = []
+    logprobs: list[dt.TokenLogprob] = []
     try:
         for event in generation:
-            if isinstance(event, StreamChunk):
+            if isinstance(event, dt.StreamChunk):
                 parts.append(event.text)
                 logprobs.extend(event.logprobs)
                 if on_chunk is not None:
                     on_chunk(event)
-            elif isinstance(event, StreamDone):
-                return InferenceResult(
+            elif isinstance(event, dt.StreamDone):
+                return dt.InferenceResult(
                     finish_reason=event.finish_reason, text="".join(parts), usage=event.usage, logprobs=tuple(logprobs)
                 )
     finally:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from llmhost.domain.signatures import arguments_of
 from llmhost.domain.types import FinishReason, StreamChunk, TokenLogprob, Usage
 from llmhost.engine.text import StopMatcher, Utf8Assembler
 
@@ -56,22 +58,6 @@ class GenerationText:
     def text(self) -> str:
         return "".join(self.released)
 
-    def on_token(
-        self,
-        token_id: int,
-        piece: bytes,
-        *,
-        end_of_generation: bool,
-        context_full: bool,
-        logprob: TokenLogprob | None = None,
-    ) -> Step:
-        """Account for one sampled token. `context_full`: no room for another token after this one.
-        `logprob`: its entry when logprobs were requested (chunks then carry one per token id)."""
-        text, finish = self.take_token(
-            token_id, piece, end_of_generation=end_of_generation, context_full=context_full, logprob=logprob
-        )
-        return Step(self.release(text), finish)
-
     def take_token(
         self,
         token_id: int,
@@ -82,8 +68,9 @@ class GenerationText:
         logprob: TokenLogprob | None = None,
     ) -> tuple[str, FinishReason | None]:
         """`on_token` without building its chunk: the text the token released, and the finish reason if it ended
-        the generation. The caller passes the text of one or more tokens to `release` (a scheduler reporting
-        several tokens of a stream at once builds one chunk for them)."""
+        the generation. `context_full`: no room for another token after this one. `logprob`: its entry when logprobs
+        were requested (chunks then carry one per token id). The caller passes the text of one or more tokens to
+        `release` (a scheduler reporting several tokens of a stream at once builds one chunk for them)."""
         if self.finish_reason is not None:
             raise RuntimeError("token after the generation finished")
         self.token_ids.append(token_id)
@@ -107,6 +94,12 @@ class GenerationText:
             tail = self._flush()
             return self._marked((chunk_text + tail, self._set_finish(self._limit_reason())))
         return self._marked((scan.release, None))
+
+    @arguments_of(take_token)
+    def on_token(self, *args: Any, **kwargs: Any) -> Step:
+        """Account for one sampled token (`take_token`'s arguments), with the chunk of the text it released."""
+        text, finish = self.take_token(*args, **kwargs)
+        return Step(self.release(text), finish)
 
     def _marked(self, taken: tuple[str, FinishReason | None]) -> tuple[str, FinishReason | None]:
         """A token (or the finish) that released text makes every token taken so far reportable."""

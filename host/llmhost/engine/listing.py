@@ -1,11 +1,19 @@
 """`llmhost models`' table: one row per configured model, from the config and each GGUF's header (engine.kinds);
-with `--memory`, each local model's keep-alive and estimated footprint too."""
+with `--memory`, each local model's keep-alive and estimated footprint too; with `--server URL`, a running server's
+models as its metrics listener's `/models` tells (engine/status.py): loaded or not, memory, idle time."""
 
 from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
 
 from llmhost.config import KEEP_ALIVE_FOREVER, HostConfig, ModelConfig
 from llmhost.domain.kinds import ModelKind
 from llmhost.engine.kinds import FileFacts, file_facts
+from llmhost.engine.status import ModelStatus
 
 HEADER = ("NAME", "KIND", "CONTEXT", "SIZE", "QUANT", "TEMPLATE", "ALIASES", "SOURCE")
 
@@ -83,7 +91,69 @@ def model_rows(config: HostConfig, memory: bool = False) -> list[str]:
                 source,
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
+    return _table(rows)
+
+
+def _table(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Columns padded to their widest cell, the last one left as it is."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return [
         "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]]) for row in rows
     ]
+
+
+STATUS_HEADER = ("NAME", "LOADED", "MEMORY", "IN-USE", "IDLE", "UNLOADS-IN")
+SERVER_TIMEOUT_S = 10.0  # a metrics listener answers /models from memory: a slower one is not answering
+_LOADED = {"loaded": "yes", "unloaded": "no"}  # the other states by their names: loading, unloading, remote
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds:.1f}s" if seconds < 60 else f"{seconds / 60:.0f}m" if seconds < 3600 else f"{seconds / 3600:.1f}h"
+
+
+def status_rows(statuses: Sequence[ModelStatus]) -> list[str]:
+    """`llmhost models --server`'s table, header first. MEMORY: what a model holds while loaded (`-`: nothing);
+    IDLE: since its last use, while loaded and unused; UNLOADS-IN: its keep-alive left (`-`: in use, not loaded,
+    or kept for good)."""
+    rows = [STATUS_HEADER]
+    for s in statuses:
+        memory = _size(s.memory_bytes) if s.memory_bytes else "-"
+        rows.append(
+            (
+                s.name,
+                _LOADED.get(s.state, s.state),
+                memory,
+                str(s.in_use),
+                _duration(s.idle_s),
+                _duration(s.unload_in_s),
+            )
+        )
+    return _table(rows)
+
+
+def models_url(server: str) -> str:
+    """The `/models` URL of a metrics listener given as `http://HOST:PORT` (or its `/models` URL itself)."""
+    parsed = urllib.parse.urlsplit(server if "://" in server else f"http://{server}")
+    path = parsed.path.rstrip("/")
+    return urllib.parse.urlunsplit(
+        (parsed.scheme, parsed.netloc, path if path.endswith("/models") else f"{path}/models", "", "")
+    )
+
+
+def read_statuses(server: str, timeout_s: float = SERVER_TIMEOUT_S) -> list[ModelStatus]:
+    """A running server's model statuses from its metrics listener; `OSError` naming the URL when it cannot be
+    read (unreachable, not a metrics listener)."""
+    url = models_url(server)
+    fix = "give --server the server's metrics-listen address, e.g. http://127.0.0.1:9464"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            answer = json.load(response)
+        return [ModelStatus.from_json(entry) for entry in answer["models"]]
+    except urllib.error.HTTPError as error:
+        raise OSError(f"{url} answered {error.code} {error.reason}: {fix}") from None
+    except urllib.error.URLError as error:
+        raise OSError(f"cannot reach {url}: {error.reason}; {fix}") from None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise OSError(f"cannot read model status from {url}: {error}; {fix}") from None

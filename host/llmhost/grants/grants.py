@@ -13,6 +13,7 @@ from llmhost.config import ConfigError, EnvValue, GrantsConfig, KeyValueStoreCon
 from llmhost.domain.hosts import AllowedHost, parse_allowed_hosts
 from llmhost.domain.limits import MAX_OUTBOUND_REQUESTS, MAX_RESPONSE_BYTES
 from llmhost.domain.redaction import scrub
+from llmhost.domain.types import encodable
 from llmhost.grants.transfers import TransferBudget
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ def resolve_config_values(
     environ = os.environ if environ is None else environ
     resolved = {}
     for name, value in values.items():
-        if not _is_utf8(name):
+        if not encodable(name, "utf-8"):
             raise ConfigError(f"`{key}`: the name {ascii(name)} is not valid UTF-8 (a name is a WIT string)")
         if isinstance(value, EnvValue):
             if value.env not in environ:
@@ -80,25 +81,17 @@ def resolve_config_values(
                     "host process, or give the value in the config)"
                 )
             resolved[name] = environ[value.env]
-            if not _is_utf8(resolved[name]):
+            if not encodable(resolved[name], "utf-8"):
                 # os.environ holds bytes that are not UTF-8 as lone surrogates, which no WIT string can carry.
                 raise ConfigError(
                     f"`{key}.{name}` reads the environment variable {value.env}, whose value is not valid UTF-8 (a "
                     "config value is a WIT string: set the variable to UTF-8 text)"
                 )
-        elif not _is_utf8(value):
+        elif not encodable(value, "utf-8"):
             raise ConfigError(f"`{key}.{name}` is not valid UTF-8 text (a config value is a WIT string)")
         else:
             resolved[name] = value
     return resolved
-
-
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 class GrantServices:

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from wasmtime.component import FuncType, LinkerInstance, ResourceType
 
 from llmhost import telemetry
-from llmhost.domain.types import ModelInfo
 from llmhost.interfaces.llm_values import (
     embeddings_to_wit,
     inference_result_to_wit,
     model_info_to_wit,
+    model_status_to_wit,
     params_from_wit,
     params_to_wit,
     stream_event_to_wit,
@@ -30,6 +30,7 @@ _log = logging.getLogger(__name__)
 
 INTERFACES = interface_names("llm")
 INTERFACE = current("llm")
+T = TypeVar("T")
 
 
 def define_llm(
@@ -72,16 +73,19 @@ def define_llm(
     }
     # Functions that cannot fail (no result type): a host error here would trap, so they must not raise.
     infallible: dict[str, Callable[[Any], Any]] = {
-        "list-models": lambda _store: [model_info_to_wit(info) for info in _listed(service)],
+        "list-models": lambda _store: [model_info_to_wit(i) for i in _listed(service.list_models, "models")],
+        "list-model-status": lambda _store: [
+            model_status_to_wit(s) for s in _listed(service.model_status, "model status")
+        ],
     }
     if "infer-stream" in imported or "[method]inference-stream.next" in imported:
         instance.add_resource("inference-stream", ResourceType.host(STREAM_TYPE_ID), stream_dropped(limits, "stream"))
     define_functions(instance, imported, bindings, infallible, traced="llm")
 
 
-def _listed(service: LlmService) -> list[ModelInfo]:
+def _listed(read: Callable[[], list[T]], what: str) -> list[T]:
     try:
-        return service.list_models()
-    except Exception:  # list-models has no error case: an engine failure lists nothing rather than trapping
-        _log.exception("listing models failed")
+        return read()
+    except Exception:  # the list functions have no error case: an engine failure lists nothing rather than trapping
+        _log.exception("listing %s failed", what)
         return []

@@ -35,7 +35,7 @@ from llmhost.runtime.sandbox import scope_of
 _log = logging.getLogger(__name__)
 
 # Served from 0.2.3 on (earlier versions have no such interface: their names are never imported).
-INTERFACES = interface_names("outbound-http")[-2:]
+INTERFACES = interface_names("outbound-http", since="0.2.3")
 _BUDGET_TABLE = "outbound-requests"
 _BODIES_TABLE = "outbound-bodies"
 BODY_TYPE_ID = 211

@@ -6,20 +6,21 @@ absent from a 0.1.0 params record take their defaults; 0.2.0 result fields are s
 versions add functions only (0.2.1: `default-params`; 0.2.2: `generate-embeddings-for-tokens` and
 `sequence.append-tokens-with-logprobs`; 0.2.3: the `outbound-http` interface and the `platform` world, which also
 imports the standard `wasi:keyvalue` and `wasi:config` interfaces; 0.2.4: `outbound-http.send-streamed` and its
-`incoming-body` resource, and `llm.get-model-kind`): a component that does not import one never
-sees it.
+`incoming-body` resource, and `llm.get-model-kind`; 0.2.5: `llm.list-model-status`): a component that does not
+import one never sees it.
 """
 
 from __future__ import annotations
 
 PACKAGE = "llmhost:llm"
-VERSIONS = ("0.1.0", "0.2.0", "0.2.1", "0.2.2", "0.2.3", "0.2.4")
+VERSIONS = ("0.1.0", "0.2.0", "0.2.1", "0.2.2", "0.2.3", "0.2.4", "0.2.5")
 CURRENT = VERSIONS[-1]
 
 
-def interface_names(interface: str) -> tuple[str, ...]:
-    """`llmhost:llm/<interface>@<version>` for every served version, oldest first."""
-    return tuple(f"{PACKAGE}/{interface}@{version}" for version in VERSIONS)
+def interface_names(interface: str, since: str = VERSIONS[0]) -> tuple[str, ...]:
+    """`llmhost:llm/<interface>@<version>` for every served version from `since` (the one that added it) on, oldest
+    first."""
+    return tuple(f"{PACKAGE}/{interface}@{version}" for version in VERSIONS[VERSIONS.index(since) :])
 
 
 def current(interface: str) -> str:

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,7 @@ from llmhost.shell.config import ServeSettings
 from llmhost.shell.front import BODY_BYTES, CLIENT_GONE
 from llmhost.shell.guest import CLIENT_CLOSED_STATUS, LOG_DROPPED
 from llmhost.shell.metrics import RequestObserver
+from llmhost.telemetry.span import TRACE_FIELDS
 
 _log = logging.getLogger("llmhost.mcp")
 
@@ -149,10 +150,12 @@ class ToolServer:
         report: Callable[[float, str], Awaitable[None]] | None = None,
         gone: anyio.Event | None = None,
         body_bytes: int = 0,
+        carrier: Sequence[tuple[str, str]] = (),
     ) -> ToolAnswer:
         """Call tool `name`. `report`: told the tokens generated so far while the call runs; `gone`: set when
         the client has gone (over HTTP), which cancels the call; `body_bytes`: the size of the request that
-        carried it, checked against its component's `max-body-bytes`."""
+        carried it, checked against its component's `max-body-bytes`; `carrier`: the caller's trace context
+        (`traceparent`, `tracestate`), which the call's span continues."""
         spec = self.specs.get(name)
         if spec is None:
             known = ", ".join(sorted(self.specs)) or "none"
@@ -192,6 +195,7 @@ class ToolServer:
                     self.settings.max_log_bytes,
                     lambda: self.observer.failure(component.name, LOG_DROPPED),
                     server=True,
+                    carrier=carrier,
                 )
             finally:
                 with self._guests_lock:
@@ -288,6 +292,17 @@ def _connection(session: Any) -> Any:
     return getattr(session, "_connection", session)
 
 
+def trace_carrier(meta: Any, headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    """The caller's trace context for a tool call: `traceparent`/`tracestate` from the request's `_meta` (where
+    OpenTelemetry's MCP conventions put them, and the only place over stdio), else from the HTTP request's
+    headers."""
+    fields = [(key, value) for key, value in dict(meta).items() if key in TRACE_FIELDS and isinstance(value, str)]
+    if fields:
+        return fields
+    decoded = [(key.decode("latin-1").lower(), value.decode("latin-1")) for key, value in headers]
+    return [(key, value) for key, value in decoded if key in TRACE_FIELDS]
+
+
 def mcp_server(tools: ToolServer, watching: bool = False) -> Any:
     """The `mcp` SDK's low-level server, answering tools/list and tools/call from `tools`. `watching`: the tools may
     change (`--watch`): the server declares `tools.listChanged` and tells each client when they do."""
@@ -310,7 +325,10 @@ def mcp_server(tools: ToolServer, watching: bool = False) -> Any:
 
         # Over HTTP, what the front knows of the request that carried the call (`shell.front.Guarded`).
         http = getattr(getattr(ctx, "request", None), "scope", None) or {}
-        answer = await tools.call(params.name, params.arguments, report, http.get(CLIENT_GONE), http.get(BODY_BYTES, 0))
+        carrier = trace_carrier(meta, http.get("headers", ()))
+        answer = await tools.call(
+            params.name, params.arguments, report, http.get(CLIENT_GONE), http.get(BODY_BYTES, 0), carrier
+        )
         if answer.protocol_error:
             raise MCPError(SERVER_ERROR, answer.text)
         return types.CallToolResult(

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from llmhost.chat.service import ChatGeneration, ChatService, collect_chat
+from llmhost.domain import types as dt
 from llmhost.domain.errors import ModelNotSupported
 from llmhost.domain.kinds import ModelKind
 from llmhost.domain.limits import (
@@ -17,20 +18,9 @@ from llmhost.domain.limits import (
     MAX_SEQUENCE_MB,
     STREAM_IDLE_TIMEOUT_S,
 )
-from llmhost.domain.types import (
-    DEFAULT_PARAMS,
-    ChatMessage,
-    ChatParams,
-    ChatResult,
-    EmbeddingInput,
-    EmbeddingsResult,
-    InferenceResult,
-    InferencingParams,
-    ModelInfo,
-    Tool,
-)
 from llmhost.engine.base import Engine, Generation, TokenSequence, collect
 from llmhost.engine.registry import Registry
+from llmhost.engine.status import ModelStatus, model_statuses
 from llmhost.run.scope import RunScope, ScopedGeneration, ScopedSequence
 
 
@@ -78,15 +68,15 @@ class LlmService:
         return name
 
     def infer(
-        self, model: str, prompt: str, params: InferencingParams, scope: RunScope | None = None
-    ) -> InferenceResult:
+        self, model: str, prompt: str, params: dt.InferencingParams, scope: RunScope | None = None
+    ) -> dt.InferenceResult:
         if scope is None:
             model = self._check(model, None)
             return self._engine(model).infer(model, prompt, params)
         return collect(self.infer_stream(model, prompt, params, scope))
 
     def infer_stream(
-        self, model: str, prompt: str, params: InferencingParams, scope: RunScope | None = None
+        self, model: str, prompt: str, params: dt.InferencingParams, scope: RunScope | None = None
     ) -> Generation:
         """Validate and start a generation; input errors are raised here, before any token is generated."""
         model = self._check(model, scope)
@@ -107,13 +97,13 @@ class LlmService:
         with _waiting(scope):
             return self._engine(model).tokenize(model, text)
 
-    def default_params(self, model: str, scope: RunScope | None = None) -> InferencingParams:
+    def default_params(self, model: str, scope: RunScope | None = None) -> dt.InferencingParams:
         """What `infer` uses for `model` when it gets no params (the same for every model today)."""
         model = self._check(model, scope)
         self._engine(model)  # an unknown model is `model-not-supported`, as for every call
-        return DEFAULT_PARAMS
+        return dt.DEFAULT_PARAMS
 
-    def model_info(self, model: str, scope: RunScope | None = None) -> ModelInfo:
+    def model_info(self, model: str, scope: RunScope | None = None) -> dt.ModelInfo:
         model = self._check(model, scope)
         with _waiting(scope):
             return self._engine(model).model_info(model)
@@ -124,14 +114,19 @@ class LlmService:
         self._engine(model)  # an unknown model is `model-not-supported`, as for every call
         return self._registry().kind(model)
 
-    def list_models(self) -> list[ModelInfo]:
+    def list_models(self) -> list[dt.ModelInfo]:
         """The models this component may use."""
         allowed = self._allowed_models
         return [info for info in self._registry().list_models() if allowed is None or info.name in allowed]
 
+    def model_status(self) -> list[ModelStatus]:
+        """The residency of the models this component may use (engine/status.py); loads and touches none."""
+        allowed = self._allowed_models
+        return [s for s in model_statuses(self._registry()) if allowed is None or s.name in allowed]
+
     # -- chat: the prompt comes from the model's template; the generation is an `infer_stream` of this run ------
     def chat_stream(
-        self, model: str, messages: list[ChatMessage], params: ChatParams, scope: RunScope | None = None
+        self, model: str, messages: list[dt.ChatMessage], params: dt.ChatParams, scope: RunScope | None = None
     ) -> ChatGeneration:
         model = self._check(model, scope)
         return self._chat.chat_stream(
@@ -139,15 +134,15 @@ class LlmService:
         )
 
     def chat(
-        self, model: str, messages: list[ChatMessage], params: ChatParams, scope: RunScope | None = None
-    ) -> ChatResult:
+        self, model: str, messages: list[dt.ChatMessage], params: dt.ChatParams, scope: RunScope | None = None
+    ) -> dt.ChatResult:
         return collect_chat(self.chat_stream(model, messages, params, scope))
 
     def apply_chat_template(
         self,
         model: str,
-        messages: list[ChatMessage],
-        tools: tuple[Tool, ...],
+        messages: list[dt.ChatMessage],
+        tools: tuple[dt.Tool, ...],
         add_generation_prompt: bool,
         scope: RunScope | None = None,
     ) -> str:
@@ -156,8 +151,8 @@ class LlmService:
             return self._chat.apply_template(model, messages, tools, add_generation_prompt)
 
     def embeddings(
-        self, model: str, texts: Sequence[EmbeddingInput], scope: RunScope | None = None
-    ) -> EmbeddingsResult:
+        self, model: str, texts: Sequence[dt.EmbeddingInput], scope: RunScope | None = None
+    ) -> dt.EmbeddingsResult:
         """Texts (`generate-embeddings`) or token-id lists taken as they are (`generate-embeddings-for-tokens`)."""
         model = self._check(model, scope)
         # Between chunks the call stops when the run is cancelled (disconnect, deadline, shutdown).

@@ -22,6 +22,7 @@ from typing import Any
 from llmhost import telemetry
 from llmhost.api import HostError
 from llmhost.domain.limits import DEADLINE_GRACE_S, DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_LOG_BYTES, MAX_REASON_CHARS
+from llmhost.domain.types import encodable
 from llmhost.interfaces.http import HttpFields, WriteClosed, WriteInvalid
 from llmhost.run.scope import RunScope, TokenBudget
 from llmhost.serve.component import HttpComponent, HttpRequest, HttpResponse
@@ -56,17 +57,9 @@ def head_problem(status: int, headers: HttpFields) -> str | None:
     for name, value in headers:
         if not _TOKEN.match(name):
             return f"header name {name!r} is not a valid HTTP token"
-        if any(c in value for c in "\r\n\0") or not value.isascii() and not _latin1(value):
+        if any(c in value for c in "\r\n\0") or not value.isascii() and not encodable(value, "latin-1"):
             return f"the value of header {name!r} contains characters HTTP does not allow"
     return None
-
-
-def _latin1(value: str) -> bool:
-    try:
-        value.encode("latin-1")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _encode_headers(headers: HttpFields) -> list[tuple[bytes, bytes]]:

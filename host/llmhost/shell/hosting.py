@@ -15,6 +15,7 @@ from llmhost import telemetry
 from llmhost.api import Host
 from llmhost.engine.observer import no_observers
 from llmhost.engine.registry import Registry, create_registry
+from llmhost.engine.status import model_statuses
 from llmhost.shell.config import ServeSettings
 from llmhost.shell.front import fit_descriptors, front_of, url_host
 from llmhost.shell.metrics import ServeMetrics
@@ -68,9 +69,10 @@ def observed_host(
         listener = ProbeListener(*settings.metrics_listen, metrics, readiness, front_of(settings))
         listener.start()
         shown_host, shown_port = listener.address
-        _log.info("metrics on http://%s:%d/metrics (and /healthz, /readyz)", url_host(shown_host), shown_port)
+        _log.info("metrics on http://%s:%d/metrics (and /healthz, /readyz, /models)", url_host(shown_host), shown_port)
     note = lambda message: _log.info("%s", message)  # noqa: E731
     engine = create_registry(config, note, observers=metrics.observer if metrics is not None else no_observers)
+    readiness.models = lambda: model_statuses(engine)  # the listener's /models
     try:
         with Host(config, engine=engine, note=note) as host, telemetry.tracing(config.telemetry):
             yield host, engine, metrics

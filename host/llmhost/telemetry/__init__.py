@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from llmhost.telemetry.span import NOOP_SPAN, Span, Tracer
+from llmhost.telemetry.span import NOOP_SPAN, ModelWork, Span, Tracer
 
 if TYPE_CHECKING:
     from llmhost.config import TelemetryConfig
@@ -96,12 +96,19 @@ def server_span(
     return _NOOP_CONTEXT if _tracer is None else _tracer.server_span(method, path, headers, attributes)
 
 
-def call(name: str, attributes: dict[str, Any], function: Callable[..., T], *args: Any, server: bool = False) -> T:
+def call(
+    name: str,
+    attributes: dict[str, Any],
+    function: Callable[..., T],
+    *args: Any,
+    server: bool = False,
+    carrier: Sequence[tuple[str, str]] = (),
+) -> T:
     """`function(*args)` inside a span (a guest's export: the component span; `server`: a request's own span, as
-    an MCP tool call's)."""
+    an MCP tool call's, continuing the trace of a `traceparent` in `carrier`: (name, value) pairs)."""
     if _tracer is None:
         return function(*args)
-    with _tracer.span(name, attributes, server):
+    with _tracer.span(name, attributes, server, carrier):
         return function(*args)
 
 
@@ -146,7 +153,7 @@ def model_work(
     `time.monotonic()` marks (submitted, admitted, first token, ended; 0: not reached)."""
     if _tracer is not None:
         try:  # called under the model's lock by its scheduler: must never raise
-            _tracer.model_work(parent, model, times, usage, finish_reason, reused_tokens)
+            _tracer.model_work(parent, ModelWork(model, times, usage, finish_reason, reused_tokens))
         except Exception:
             _log.debug("recording a generation's spans failed", exc_info=True)
 

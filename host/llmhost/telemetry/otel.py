@@ -25,16 +25,15 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from llmhost.domain.types import StreamDone, Usage
+from llmhost.domain.types import StreamDone
 from llmhost.telemetry import genai
-from llmhost.telemetry.span import Span
+from llmhost.telemetry.span import TRACE_FIELDS, ModelWork, Span
 
 T = TypeVar("T")
 
 _log = logging.getLogger(__name__)
 SERVICE_NAME = "llmhost"  # unless OTEL_SERVICE_NAME says otherwise
-_TRACE_HEADERS = ("traceparent", "tracestate")
-_TRACE_HEADER_BYTES = tuple(name.encode() for name in _TRACE_HEADERS)
+_TRACE_HEADER_BYTES = tuple(name.encode() for name in TRACE_FIELDS)
 
 
 class OtelSpan(Span):
@@ -82,11 +81,11 @@ class OtelTracer:
         name: str,
         attributes: dict[str, Any] | None,
         server: bool = False,
-        context: otel_context.Context | None = None,
+        carrier: Sequence[tuple[str, str]] = (),
     ) -> Iterator[Span]:
         kind = SpanKind.SERVER if server else SpanKind.INTERNAL
         with self._tracer.start_as_current_span(
-            name, context, kind, attributes, record_exception=False, set_status_on_exception=False
+            name, self._parent(carrier), kind, attributes, record_exception=False, set_status_on_exception=False
         ) as raw:
             try:
                 yield OtelSpan(raw)
@@ -94,13 +93,17 @@ class OtelTracer:
                 _failed(raw, error)
                 raise
 
+    def _parent(self, carrier: Sequence[tuple[str, str]]) -> otel_context.Context | None:
+        """The caller's context from its `traceparent` (and `tracestate`); None (the current one): none sent, and
+        an invalid one starts a new trace."""
+        fields = {name.lower(): value for name, value in carrier if name.lower() in TRACE_FIELDS}
+        return self._propagator.extract(fields) if fields else None
+
     def server_span(
         self, method: str, path: str, headers: Sequence[tuple[str, str]], attributes: dict[str, Any] | None
     ) -> contextlib.AbstractContextManager[Span]:
-        carrier = {name: value for name, value in headers if name in _TRACE_HEADERS}
-        parent = self._propagator.extract(carrier) if carrier else None  # an invalid traceparent: a new trace
         fields = {"http.request.method": method, "url.path": path.split("?", 1)[0], **(attributes or {})}
-        return self.span(method, fields, True, parent)
+        return self.span(method, fields, True, headers)
 
     def capture(self) -> object:
         return otel_context.get_current()
@@ -147,22 +150,14 @@ class OtelTracer:
             otel_context.detach(token)
         return TracedStream(generation, raw, context, self.capture_content)  # type: ignore[return-value]
 
-    def model_work(
-        self,
-        parent: object,
-        model: str,
-        times: tuple[float, float, float, float],
-        usage: Usage,
-        finish_reason: str | None,
-        reused_tokens: int,
-    ) -> None:
+    def model_work(self, parent: object, work: ModelWork) -> None:
         context = parent if isinstance(parent, otel_context.Context) else None  # from `capture`
-        submitted, admitted, first, ended = times
+        submitted, admitted, first, ended = work.times
         offset = time.time_ns() - time.monotonic_ns()  # monotonic marks -> epoch nanoseconds
 
         def add(name: str, start: float, end: float, attributes: dict[str, Any]) -> None:
             raw = self._tracer.start_span(
-                name, context, attributes={genai.MODEL: model, **attributes}, start_time=offset + int(start * 1e9)
+                name, context, attributes={genai.MODEL: work.model, **attributes}, start_time=offset + int(start * 1e9)
             )
             raw.end(end_time=offset + int(max(start, end) * 1e9))
 
@@ -171,12 +166,15 @@ class OtelTracer:
         elif submitted:  # never admitted (cancelled or refused while waiting)
             add("llm.queue", submitted, ended, {"llmhost.admitted": False})
         if admitted:
-            prefill = {genai.INPUT_TOKENS: usage.prompt_token_count, "llmhost.reused_prompt_tokens": reused_tokens}
+            prefill = {
+                genai.INPUT_TOKENS: work.usage.prompt_token_count,
+                "llmhost.reused_prompt_tokens": work.reused_tokens,
+            }
             add("llm.prefill", admitted, first or ended, prefill)
         if first:
-            decode: dict[str, Any] = {genai.OUTPUT_TOKENS: usage.generated_token_count}
-            if finish_reason is not None:
-                decode[genai.FINISH_REASONS] = (finish_reason,)
+            decode: dict[str, Any] = {genai.OUTPUT_TOKENS: work.usage.generated_token_count}
+            if work.finish_reason is not None:
+                decode[genai.FINISH_REASONS] = (work.finish_reason,)
             add("llm.decode", first, ended, decode)
 
     def inject(self, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
@@ -23,11 +24,28 @@ class Span:
 
 
 NOOP_SPAN = Span()
+TRACE_FIELDS = ("traceparent", "tracestate")  # W3C trace context: HTTP headers, or an MCP request's `_meta`
+
+
+@dataclass(frozen=True)
+class ModelWork:
+    """A generation's work, for its spans: its `time.monotonic()` marks (submitted, admitted, first token, ended;
+    0: not reached), its usage and finish reason, and the prompt tokens it reused from a cache."""
+
+    model: str
+    times: tuple[float, float, float, float]
+    usage: Usage
+    finish_reason: str | None
+    reused_tokens: int
 
 
 class Tracer(Protocol):
     def span(
-        self, name: str, attributes: dict[str, Any] | None, server: bool = False
+        self,
+        name: str,
+        attributes: dict[str, Any] | None,
+        server: bool = False,
+        carrier: Sequence[tuple[str, str]] = (),
     ) -> contextlib.AbstractContextManager[Span]: ...
 
     def server_span(
@@ -40,15 +58,7 @@ class Tracer(Protocol):
 
     def stream(self, name: str, model: str, params: Any, open_stream: Callable[[], T]) -> T: ...
 
-    def model_work(
-        self,
-        parent: object,
-        model: str,
-        times: tuple[float, float, float, float],
-        usage: Usage,
-        finish_reason: str | None,
-        reused_tokens: int,
-    ) -> None: ...
+    def model_work(self, parent: object, work: ModelWork) -> None: ...
 
     def inject(self, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]: ...
 

@@ -10,7 +10,7 @@
 //                                                   each throws (null: nothing thrown)
 //   raw CASE MODEL                                  the same through the WIT bindings themselves, with no SDK: what
 //                                                   the host got (a case may trap the guest)
-import * as wit from "llmhost:llm/llm@0.2.4";
+import * as wit from "llmhost:llm/llm@0.2.5";
 import { increment as witIncrement } from "wasi:keyvalue/atomics@0.2.0-draft2";
 import { open as witOpen } from "wasi:keyvalue/store@0.2.0-draft2";
 import {

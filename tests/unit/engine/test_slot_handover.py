@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from llmhost.domain.types import StreamChunk
+from llmhost.domain.types import StreamChunk, StreamDone
 from llmhost.engine.local.fake_decoder import EOG
 
 from .test_engine_fake import GREEDY, MODEL, engine, greedy_reference
@@ -85,4 +85,53 @@ def test_a_queued_generation_is_admitted_in_the_step_that_frees_its_slot() -> No
         got[queued] = "".join(texts[queued])
         assert got == {p: eng.infer(MODEL, p, params[p]).text for p in got}
     assert decoder.violations == []
+    eng.close()
+
+
+class _Watched:
+    """A reader's condition that records, at each wake-up, the decodes so far and whether its job was finished."""
+
+    def __init__(self, condition: threading.Condition, decoder: Any, job: Any, wakes: list[tuple[int, bool]]) -> None:
+        self._condition, self._decoder, self._job, self._wakes = condition, decoder, job, wakes
+
+    def notify(self) -> None:
+        self._wakes.append((self._decoder.decodes, self._job.ended))
+        self._condition.notify()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._condition.wait(timeout)
+
+
+def test_the_reader_of_a_generation_that_ends_inside_a_burst_is_woken_then_after_its_finish() -> None:
+    """A stream that takes its last token inside a burst wakes its reader in that step, not at the burst's end (its
+    client's next request comes sooner), and only once the generation is finished (a reader that goes on with the
+    sequence finds it rewound and the slot handed on)."""
+    eng, decoder = engine(slots=3, n_ctx=240, n_batch=16)
+    decoder.step_s = 0.002
+    short, long, other = _prompts_without_early_end(decoder, 3, 60)
+    for short_tokens in (9, 14, 23):
+        marks: dict[str, int] = {}
+        first = eng.stream(MODEL, short, GREEDY.model_copy(update={"max_tokens": short_tokens}))
+        longer = [eng.stream(MODEL, p, GREEDY.model_copy(update={"max_tokens": 60})) for p in (long, other)]
+        take = first.take
+
+        def last_taken(*args: Any, take: Any = take, marks: dict[str, int] = marks) -> bool:
+            is_last: bool = take(*args)
+            if is_last:
+                marks.setdefault("last token", decoder.decodes)
+            return is_last
+
+        first.take = last_taken  # type: ignore[method-assign]
+        wakes: list[tuple[int, bool]] = []
+        first._ready = _Watched(first._ready, decoder, first, wakes)  # type: ignore[attr-defined]
+        events: list[Any] = []
+        readers = [_read(stream, []) for stream in longer]
+        readers.append(threading.Thread(target=lambda first=first, events=events: events.extend(first)))
+        readers[-1].start()
+        for reader in readers:
+            reader.join(timeout=WAIT_S)
+        assert isinstance(events[-1], StreamDone)
+        after_last = [wake for wake in wakes if wake[0] >= marks["last token"]]
+        # Woken in the very step that took its last token, and never before its finish from then on.
+        assert after_last and after_last[0] == (marks["last token"], True), (short_tokens, marks, wakes)
     eng.close()

@@ -14,18 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from llmhost.config import ModelConfig
+from llmhost.domain import types as dt
 from llmhost.domain.errors import InvalidInput
 from llmhost.domain.limits import ADMISSION_TIMEOUT_S, DEFAULT_MODEL
-from llmhost.domain.types import (
-    BeamParams,
-    EmbeddingInput,
-    EmbeddingsResult,
-    InferenceResult,
-    InferencingParams,
-    ModelInfo,
-    check_prompt_fits,
-    check_tokenize_length,
-)
 from llmhost.engine.base import UNBOUNDED, Bounds, TokenSequence, collect
 from llmhost.engine.chat_template import choose_template
 from llmhost.engine.local.footprint import footprint_bytes
@@ -67,7 +58,7 @@ class PinnedSequence(LlamaSequence):
     def fork(self) -> PinnedSequence:
         return self._adopt(super().fork())
 
-    def beam_search(self, params: BeamParams, bounds: Bounds = UNBOUNDED) -> list[tuple[TokenSequence, float]]:
+    def beam_search(self, params: dt.BeamParams, bounds: Bounds = UNBOUNDED) -> list[tuple[TokenSequence, float]]:
         found = super().beam_search(params, bounds)
         return [(self._adopt(cast(LlamaSequence, sequence)), score) for sequence, score in found]
 
@@ -148,22 +139,22 @@ class LlamaCppEngine:
         """Each model's state: loaded or not, its footprint, pins, idle time, loads and unloads so far."""
         return self._pool.states()
 
-    def list_models(self) -> list[ModelInfo]:
+    def list_models(self) -> list[dt.ModelInfo]:
         return [
-            ModelInfo(name=name, context_length=config.context_length, vocab_size=self._vocab.get(name, 0))
+            dt.ModelInfo(name=name, context_length=config.context_length, vocab_size=self._vocab.get(name, 0))
             for name, config in self._configs.items()
         ]
 
-    def model_info(self, model: str) -> ModelInfo:
+    def model_info(self, model: str) -> dt.ModelInfo:
         with self._pool.lease(model) as m:
-            return ModelInfo(name=model, context_length=m.n_ctx, vocab_size=m.n_vocab)
+            return dt.ModelInfo(name=model, context_length=m.n_ctx, vocab_size=m.n_vocab)
 
     def tokenize(self, model: str, text: str) -> list[int]:
-        check_tokenize_length(text)
+        dt.check_tokenize_length(text)
         with self._pool.lease(model) as m:
             return m.tokenize(text)
 
-    def stream(self, model: str, prompt: str, params: InferencingParams) -> LlamaGeneration:
+    def stream(self, model: str, prompt: str, params: dt.InferencingParams) -> LlamaGeneration:
         m = self._pool.acquire(model)  # pinned until the generation ends
         try:
             generation = self._start(m, prompt, params)
@@ -172,12 +163,12 @@ class LlamaCppEngine:
             raise
         return generation
 
-    def _start(self, m: EngineModel, prompt: str, params: InferencingParams) -> LlamaGeneration:
+    def _start(self, m: EngineModel, prompt: str, params: dt.InferencingParams) -> LlamaGeneration:
         m.check_generates("generate text (infer, chat, OpenAI completions)")
         tokens = m.tokenize(prompt, room=m.n_ctx, what="prompt")
         if not tokens:
             raise InvalidInput("prompt is empty and this model adds no beginning-of-sequence token")
-        check_prompt_fits(len(tokens), m.n_ctx)
+        dt.check_prompt_fits(len(tokens), m.n_ctx)
         # A one-off request never reads its per-token texts (only sequences do): skip detokenizing the prompt.
         state = SeqState(tokens, [""] * len(tokens))
         # A one-off sequence: when it ends, its KV cache stays behind only as a prompt-prefix cache, if the model
@@ -203,7 +194,7 @@ class LlamaCppEngine:
             raise
         return PinnedSequence(m, self._pool)
 
-    def infer(self, model: str, prompt: str, params: InferencingParams) -> InferenceResult:
+    def infer(self, model: str, prompt: str, params: dt.InferencingParams) -> dt.InferenceResult:
         generation = self.stream(model, prompt, params)
         generation.streamed = False  # read whole: its first tokens need not end a burst
         return collect(generation)
@@ -216,8 +207,8 @@ class LlamaCppEngine:
             return choose_template(model, m.config, m.decoder.chat_template(), default_weights=default_weights)
 
     def embeddings(
-        self, model: str, texts: Sequence[EmbeddingInput], check: Callable[[], None] | None = None
-    ) -> EmbeddingsResult:
+        self, model: str, texts: Sequence[dt.EmbeddingInput], check: Callable[[], None] | None = None
+    ) -> dt.EmbeddingsResult:
         with self._pool.lease(model) as loaded:
             result = loaded.embed(texts, check)
             loaded.observer.embeddings_done(result.prompt_token_count)  # metrics: prompt tokens, as a generation's

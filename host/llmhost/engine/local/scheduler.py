@@ -150,7 +150,7 @@ class Scheduler:
             job._events.append(event)
             job.pushed += 1
             # A burst wakes its readers once, at its end (but a first event). A generation that ends inside a burst
-            # is reported and finished at once (`_lean_step`), so its slot goes to queued work in the next step.
+            # is reported and finished at once, and its reader woken then (`_finish`).
             if not self._bursting or job.pushed == 1:
                 job._ready.notify()
                 if job.notify is not None:
@@ -483,8 +483,7 @@ class Scheduler:
             ended = [job for job in self._taken() if not job.ended and job.report()]
             decoded = wait()
             for job in ended:  # a stop found in its report: its row was decoded for nothing (`finish` rewinds it)
-                self._active.remove(job)
-                job.finish()
+                self._finish(job)
             if ended:
                 greedy = False  # rows of ended jobs are skipped
         else:
@@ -506,10 +505,23 @@ class Scheduler:
             elif not job.params.stop and job.text.token_ids and not job.last:
                 self._burst_report[job] = None
             elif job.report():  # a last token at once: its slot goes to queued work before the next decode
-                self._active.remove(job)
-                job.finish()
+                self._finish(job)
         self.rows += len(batch)
         return True
+
+    def _finish(self, job: LlamaGeneration) -> None:
+        """End `job` (model lock held): its slot goes to queued work in the next step. Inside a burst its reader is
+        told now, not at the burst's end, so that its client's next request comes sooner; only after `finish`, so
+        that the reader finds the sequence rewound and the slot handed on."""
+        self._active.remove(job)
+        job.finish()
+        if self._bursting:
+            with self._mutex:
+                job._ready.notify()
+                if job in self._notify_later:  # a polling reader, told once
+                    del self._notify_later[job]
+                    if job.notify is not None:
+                        job.notify()
 
     def _taken(self) -> list[LlamaGeneration]:
         taken, self._to_report = self._to_report, []
@@ -520,8 +532,7 @@ class Scheduler:
         touched: never while a decode runs). Returns whether there were any."""
         for job in jobs:
             if not job.ended and job.report():
-                self._active.remove(job)
-                job.finish()
+                self._finish(job)
         return bool(jobs)
 
     def _decode_and_sample(self, rows: list[Row]) -> int:
@@ -543,8 +554,7 @@ class Scheduler:
         finally:
             ready = masks.wait()
         for job in ended:
-            self._active.remove(job)
-            job.finish()
+            self._finish(job)
         tokens = {}
         if len(rows) > 1:  # the greedy rows' tokens in one pass over the logits block
             greedy = [row for row in rows if row.sample_at is not None and not row.job.ended and row.job.plain_greedy]
@@ -557,8 +567,7 @@ class Scheduler:
                 continue
             if not job.defers:
                 if job.on_logits(row.sample_at, ready.get(id(job.constraint))):
-                    self._active.remove(job)
-                    job.finish()
+                    self._finish(job)
                 continue
             token = tokens.get(id(row))
             if token is None:

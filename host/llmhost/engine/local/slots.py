@@ -165,13 +165,16 @@ class SlotPool:
                     best, best_len = holder, length
         if best is None or best_len < MIN_REUSED_PREFIX:
             return False
-        if best.cached:
-            slot = best.slot  # take the cache entry's slot over: nothing to copy
+        if best.cached and (best_len >= best.n_kv or not self._free):
+            slot = best.slot  # take the cache entry's slot over: nothing to copy, and nothing of it is lost
             assert slot is not None
             self._holders.pop(slot)
             best.slot = None
         else:
-            best.busy = True  # an idle sequence: copy its cells into another slot, leaving it intact
+            # An idle sequence, or a cached prompt that only starts like this one (another system prompt with the
+            # same first words) while a slot is free: copy the shared cells, leaving the holder intact for its own.
+            best.touch()  # a prefix others start from is worth keeping: it is evicted last among caches
+            best.busy = True
             try:
                 taken = self._take_slot()
             finally:

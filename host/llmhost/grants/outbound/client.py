@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from http.cookiejar import CookieJar, DefaultCookiePolicy
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import httpcore
 import httpx
@@ -93,22 +93,28 @@ class NoCookies(CookieJar):
         pass
 
 
+class ClientOptions(TypedDict, total=False):
+    """How an `OutboundClient` is made, all optional. `resolver`: DNS (tests fake it; default: the system's).
+    `verify`: how TLS certificates are checked (default True: the system's CAs via certifi, as httpx does; tests pass
+    a context trusting their own CA). `timeout_s`: the longest any request waits (default `OUTBOUND_TIMEOUT_S`)."""
+
+    resolver: Resolver | None
+    verify: ssl.SSLContext | bool
+    timeout_s: float
+
+
+def tls_context(options: ClientOptions) -> ssl.SSLContext:
+    """The TLS context `options` ask for (loading the system's CAs takes a while: one context can serve clients)."""
+    return httpx.create_ssl_context(verify=options.get("verify", True), trust_env=False)
+
+
 class OutboundClient:
-    """One component's client: its own connections (kept alive between its requests) and DNS threads.
+    """One component's client: its own connections (kept alive between its requests) and DNS threads."""
 
-    `verify`: how TLS certificates are checked (True: the system's CAs via certifi, as httpx does; tests pass a
-    context trusting their own CA). `resolver`: DNS (tests fake it). `timeout_s`: the longest any request waits."""
-
-    def __init__(
-        self,
-        *,
-        resolver: Resolver | None = None,
-        verify: ssl.SSLContext | bool = True,
-        timeout_s: float = OUTBOUND_TIMEOUT_S,
-    ) -> None:
-        self._resolver = resolver or system_resolver
-        self.timeout_s = timeout_s
-        ssl_context = httpx.create_ssl_context(verify=verify, trust_env=False)
+    def __init__(self, **options: Unpack[ClientOptions]) -> None:
+        self._resolver = options.get("resolver") or system_resolver
+        self.timeout_s = options.get("timeout_s", OUTBOUND_TIMEOUT_S)
+        ssl_context = tls_context(options)
         transport = httpx.HTTPTransport(verify=ssl_context, trust_env=False)
         # httpx takes no network backend: its pool is replaced by one that connects only through `CheckedBackend`.
         # Refuse to run if httpx has moved it, rather than send through a pool that does its own DNS.

@@ -8,29 +8,19 @@ from __future__ import annotations
 
 import ssl
 import threading
-
-import httpx
+from typing import Unpack
 
 from llmhost.domain.errors import ConnectionFailed
-from llmhost.domain.limits import OUTBOUND_TIMEOUT_S
-from llmhost.grants.outbound.client import OutboundClient, Resolver
+from llmhost.grants.outbound.client import ClientOptions, OutboundClient, tls_context
 
 
 class OutboundClients:
-    """The clients of a `Host`'s components, each created on first use and all closed by `close()`. `resolver`,
-    `verify`, `timeout_s`: as `OutboundClient` takes them (one TLS context serves all: it holds no connection)."""
+    """The clients of a `Host`'s components, each created on first use and all closed by `close()`. `options`: as
+    `OutboundClient` takes them (one TLS context serves all: it holds no connection)."""
 
-    def __init__(
-        self,
-        *,
-        resolver: Resolver | None = None,
-        verify: ssl.SSLContext | bool = True,
-        timeout_s: float = OUTBOUND_TIMEOUT_S,
-    ) -> None:
-        self._resolver = resolver
-        self._verify = verify
+    def __init__(self, **options: Unpack[ClientOptions]) -> None:
+        self._options = options
         self._ssl_context: ssl.SSLContext | None = None  # loading the CAs takes a while: on first use
-        self._timeout_s = timeout_s
         self._lock = threading.Lock()
         self._clients: dict[str, OutboundClient] = {}
         self._closed = False
@@ -43,8 +33,8 @@ class OutboundClients:
             client = self._clients.get(key)
             if client is None:
                 if self._ssl_context is None:
-                    self._ssl_context = httpx.create_ssl_context(verify=self._verify, trust_env=False)
-                client = OutboundClient(resolver=self._resolver, verify=self._ssl_context, timeout_s=self._timeout_s)
+                    self._ssl_context = tls_context(self._options)
+                client = OutboundClient(**(self._options | {"verify": self._ssl_context}))
                 self._clients[key] = client
             return client
 

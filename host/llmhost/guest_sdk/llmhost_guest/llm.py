@@ -32,6 +32,7 @@ __all__ = [
     "ChatStream",
     "Embeddings",
     "Interleaved",
+    "ModelStatus",
     "Stream",
     "ToolCall",
     "ToolCallDelta",
@@ -41,6 +42,7 @@ __all__ = [
     "embed",
     "interleave",
     "infer",
+    "list_model_status",
     "list_models",
     "model_info",
     "model_kind",
@@ -269,16 +271,11 @@ def chat(
     )
 
 
-def chat_stream(
-    messages: Iterable[Any],
-    model: str = DEFAULT_CHAT_MODEL,
-    *,
-    tools: Iterable[Any] = (),
-    tool_choice: str | Mapping[str, Any] | None = "auto",
-    **params: Any,
-) -> ChatStream:
-    """WIT `llm.chat-stream`, with the arguments of `chat`. Invalid input is raised here, before any token."""
-    chat_params = _chat_params(model, tools, tool_choice, params)
+def chat_stream(messages: Iterable[Any], model: str = DEFAULT_CHAT_MODEL, **options: Any) -> ChatStream:
+    """WIT `llm.chat-stream`, with the arguments of `chat` (`tools`, `tool_choice` and the keywords of `infer`).
+    Invalid input is raised here, before any token."""
+    tools, tool_choice = options.pop("tools", ()), options.pop("tool_choice", "auto")
+    chat_params = _chat_params(model, tools, tool_choice, options)
     return ChatStream(call(wit_llm().chat_stream, model, [_message(m) for m in messages], chat_params))
 
 
@@ -317,6 +314,48 @@ def model_kind(model: str = DEFAULT_MODEL) -> str:
 def list_models() -> list[Any]:
     """WIT `llm.list-models`."""
     return list(wit_llm().list_models())
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    """WIT `model-status` (0.2.5): a model's residency now. `state`: "unloaded", "loading", "loaded", "unloading",
+    "remote" (served elsewhere), or "unknown" (a guest built against an earlier WIT, which has no such call)."""
+
+    name: str
+    state: str
+    memory_bytes: int = 0  # held while loaded (its file plus KV cache, an estimate)
+    in_use: int = 0  # generations, open sequences and calls holding it now
+    idle_s: float | None = None  # since its last use, while loaded and not in use
+    keep_alive_s: float | None = None  # how long it stays loaded once idle; None: for good (or remote)
+    unload_in_s: float | None = None  # until it unloads if it stays idle
+
+    @property
+    def loaded(self) -> bool:
+        return self.state == "loaded"
+
+
+def _seconds(ms: int | None) -> float | None:
+    return None if ms is None else ms / 1000
+
+
+def list_model_status() -> list[ModelStatus]:
+    """WIT `llm.list-model-status` (0.2.5): each model this guest may use, loaded or not, its memory, its last use
+    and when it unloads; loads none. Built against an earlier WIT: each model of `list_models()`, state "unknown"."""
+    statuses = getattr(wit_llm(), "list_model_status", None)  # 0.2.5
+    if statuses is None:
+        return [ModelStatus(str(info.name), "unknown") for info in list_models()]
+    return [
+        ModelStatus(
+            name=s.name,
+            state=str(s.state.name).lower(),
+            memory_bytes=int(s.memory_bytes),
+            in_use=int(s.in_use),
+            idle_s=_seconds(s.idle_ms),
+            keep_alive_s=_seconds(s.keep_alive_ms),
+            unload_in_s=_seconds(s.unload_in_ms),
+        )
+        for s in statuses()
+    ]
 
 
 class Embeddings(list[list[float]]):

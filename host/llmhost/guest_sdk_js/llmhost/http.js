@@ -4,7 +4,7 @@
 //   if (reply.status === 200) console.log(reply.json().temperature);
 // A 4xx or 5xx status is a Response, not an error; a request that got no response throws HttpError (`kind`:
 // "denied", "invalid-request", "timeout", "too-large", "connection").
-import { send } from "llmhost:llm/outbound-http@0.2.4";
+import { send } from "llmhost:llm/outbound-http@0.2.5";
 import { HTTP_KINDS, HttpError, call, httpError } from "./errors.js";
 import { U16_MAX, U32_MAX, unsigned } from "./ints.js";
 

@@ -96,6 +96,17 @@ export interface ModelInfo {
   contextLength: number;
   vocabSize: number;
 }
+/** WIT `model-status` (0.2.5), times in seconds (null: in use, not loaded, kept for good, or remote). */
+export interface ModelStatus {
+  name: string;
+  state: "unloaded" | "loading" | "loaded" | "unloading" | "remote";
+  loaded: boolean;
+  memoryBytes: number;
+  inUse: number;
+  idleS: number | null;
+  keepAliveS: number | null;
+  unloadInS: number | null;
+}
 export type Embeddings = number[][] & { usage: Usage };
 
 export declare namespace llm {
@@ -174,6 +185,7 @@ export declare namespace llm {
   export function modelInfo(model?: string): ModelInfo;
   export function modelKind(model?: string): "base" | "instruct" | "embedding";
   export function listModels(): ModelInfo[];
+  export function listModelStatus(): ModelStatus[];
   export function embed(texts: string | Iterable<string>, options?: { model?: string }): Embeddings;
   export const EMBED_BATCH: number;
 }

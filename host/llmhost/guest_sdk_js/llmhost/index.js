@@ -1,4 +1,4 @@
-// llmhost: the JavaScript SDK of llmhost guests, over the WIT interfaces of llmhost:llm@0.2.4 (llm, outbound-http)
+// llmhost: the JavaScript SDK of llmhost guests, over the WIT interfaces of llmhost:llm@0.2.5 (llm, outbound-http)
 // and the standard wasi:keyvalue and wasi:config ones. `llmhost build` bundles it into the guest (esbuild resolves
 // "llmhost" to this folder), so a guest writes, with nothing in package.json:
 //   import { llm, kv } from "llmhost";

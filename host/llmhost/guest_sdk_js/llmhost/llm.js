@@ -1,17 +1,16 @@
-// One-off calls of the WIT interface `llm` (llmhost:llm@0.2.4): infer, inferStream, chat, chatStream, embed, and the
+// One-off calls of the WIT interface `llm` (llmhost:llm@0.2.5): infer, inferStream, chat, chatStream, embed, and the
 // model facts. Mirrors llmhost_guest/llm.py, with options objects in place of keyword arguments:
 //   llm.infer("The capital of France is", { maxTokens: 8, temperature: 0 })
-import * as wit from "llmhost:llm/llm@0.2.4";
+import * as wit from "llmhost:llm/llm@0.2.5";
 import { InvalidInput } from "./errors.js";
 import {
   DEFAULT_CHAT_MODEL, DEFAULT_EMBEDDING_MODEL, DEFAULT_MODEL, build, logprobs, usage, wrap,
 } from "./params.js";
 
-/** The result of `infer`: `text`, `finishReason` ("stop", "length"...), `usage`, `logprobs`; `String(c)` is the text. */
-export class Completion {
-  constructor(text, finishReason, usage, logprobs = []) {
+// What `Completion` and `Chunk` share: generated `text` (`String(x)` is the text), its `usage` and `logprobs`.
+class Generated {
+  constructor(text, usage, logprobs) {
     this.text = text;
-    this.finishReason = finishReason;
     this.usage = usage;
     this.logprobs = logprobs;
   }
@@ -20,13 +19,19 @@ export class Completion {
   }
 }
 
+/** The result of `infer`: `text`, `finishReason` ("stop", "length"...), `usage`, `logprobs`; `String(c)` is the text. */
+export class Completion extends Generated {
+  constructor(text, finishReason, usage, logprobs = []) {
+    super(text, usage, logprobs);
+    this.finishReason = finishReason;
+  }
+}
+
 /** One piece of a stream. */
-export class Chunk {
+export class Chunk extends Generated {
   constructor(text, tokenIds, usage, logprobs = []) {
-    this.text = text;
+    super(text, usage, logprobs);
     this.tokenIds = tokenIds;
-    this.usage = usage;
-    this.logprobs = logprobs;
   }
 }
 
@@ -278,6 +283,24 @@ export function modelKind(model = DEFAULT_MODEL) {
 
 export function listModels() {
   return Array.from(wit.listModels());
+}
+
+const seconds = (ms) => (ms === undefined || ms === null ? null : Number(ms) / 1000);
+
+/** WIT `list-model-status` (0.2.5): each model this guest may use, without loading any: { name, state ("unloaded",
+ * "loading", "loaded", "unloading" or "remote": served elsewhere), loaded, memoryBytes, inUse, idleS, keepAliveS,
+ * unloadInS } (seconds; null when not applying: in use, not loaded, kept for good). */
+export function listModelStatus() {
+  return Array.from(wit.listModelStatus(), (s) => ({
+    name: s.name,
+    state: s.state,
+    loaded: s.state === "loaded",
+    memoryBytes: Number(s.memoryBytes),
+    inUse: s.inUse,
+    idleS: seconds(s.idleMs),
+    keepAliveS: seconds(s.keepAliveMs),
+    unloadInS: seconds(s.unloadInMs),
+  }));
 }
 
 // `embed` calls the host in batches, so any number of texts works: at most EMBED_BATCH texts a call, and at most

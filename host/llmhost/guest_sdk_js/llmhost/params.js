@@ -1,6 +1,6 @@
 // Options -> WIT `inferencing-params` (each one not given takes the host's default for the model, WIT
 // `default-params`, asked once per model), and WIT results -> plain objects. Mirrors llmhost_guest/params.py.
-import * as wit from "llmhost:llm/llm@0.2.4";
+import * as wit from "llmhost:llm/llm@0.2.5";
 import { InvalidInput, call, llmError } from "./errors.js";
 import { U32_MAX, U64_MAX, U8_MAX, bigInteger, unsigned } from "./ints.js";
 
