@@ -11,6 +11,7 @@ import json
 
 from componentize_py_types import Err
 from llmhost_guest import LlmError, llm
+from llmhost_guest.web import chat_page, chat_routes, sse
 from wit_world import exports
 from wit_world.imports import http
 
@@ -18,83 +19,7 @@ MODEL = "smollm2-135m"  # the built-in instruct model (Gemma 3 270M is pretraine
 DEFAULT_MAX_TOKENS = 64
 MAX_TOKENS = 256
 
-PAGE = """<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>llmhost chat</title>
-<style>
-  body { font-family: sans-serif; max-width: 40em; margin: 2em auto; }
-  #log p { white-space: pre-wrap; } .user { font-weight: bold; } .status { color: #777; font-size: small; }
-  #message { width: 30em; }
-</style>
-</head>
-<body>
-<h1>llmhost chat</h1>
-<div id="log"></div>
-<form id="form">
-  <input id="message" autocomplete="off" placeholder="Say something"> <button id="send">Send</button>
-</form>
-<script>
-const form = document.getElementById("form"), input = document.getElementById("message");
-const log = document.getElementById("log");
-
-function add(cls, text) {
-  const p = document.createElement("p");
-  p.className = cls;
-  p.textContent = text;
-  log.append(p);
-  return p;
-}
-
-form.addEventListener("submit", async (event) => {
-  event.preventDefault();
-  const message = input.value;
-  input.value = "";
-  add("user", message);
-  const reply = add("reply", "");
-  const status = add("status", "...");
-  const started = performance.now();
-  let chunks = 0;
-  const response = await fetch("chat", {
-    method: "POST", headers: {"content-type": "application/json"}, body: JSON.stringify({message}),
-  });
-  const reader = response.body.getReader(), decoder = new TextDecoder();
-  let buffer = "";
-  for (;;) {
-    const {value, done} = await reader.read();
-    if (done) break;
-    buffer += decoder.decode(value, {stream: true});
-    let end;
-    while ((end = buffer.indexOf("\\n\\n")) >= 0) {
-      const event = buffer.slice(0, end);
-      buffer = buffer.slice(end + 2);
-      const name = (event.match(/^event: (.*)$/m) || [null, "message"])[1];
-      const data = JSON.parse((event.match(/^data: (.*)$/m) || [null, "{}"])[1]);
-      if (name === "done") {
-        status.textContent = `finish: ${data.finish_reason}, tokens: ${data.usage.completion_tokens}`;
-        reply.dataset.doneMs = Math.round(performance.now() - started);
-      } else if (name === "error") {
-        status.textContent = `error: ${data.message}`;
-        reply.dataset.doneMs = Math.round(performance.now() - started);
-      } else {
-        if (chunks === 0) reply.dataset.firstChunkMs = Math.round(performance.now() - started);
-        chunks += 1;
-        reply.dataset.chunks = chunks;
-        reply.textContent += data.text;
-      }
-    }
-  }
-});
-</script>
-</body>
-</html>
-"""
-
-
-def sse(writer, event, data):
-    head = f"event: {event}\n" if event else ""
-    writer.write(f"{head}data: {json.dumps(data)}\n\n".encode())
+PAGE = chat_page(conversations=False)
 
 
 def chat(request, writer):
@@ -126,9 +51,7 @@ def chat(request, writer):
 
 class Handler(exports.Handler):
     def handle(self, request, writer):
-        path = request.path_with_query.split("?", 1)[0]
-        if request.method == "GET" and path == "/":
-            return http.Response(status=200, headers=[("content-type", "text/html; charset=utf-8")], body=PAGE.encode())
-        if request.method == "POST" and path == "/chat":
-            return chat(request, writer)
-        return http.Response(status=404, headers=[("content-type", "text/plain")], body=b"not found\n")
+        answer = chat_routes(request, writer, PAGE, chat)  # GET / (the page) and POST /chat
+        if answer is None:
+            answer = http.Response(status=404, headers=[("content-type", "text/plain")], body=b"not found\n")
+        return answer

@@ -22,6 +22,7 @@ import secrets
 
 from componentize_py_types import Err
 from llmhost_guest import LlmError, kv, llm
+from llmhost_guest.web import chat_page, chat_routes, sse
 from wit_world import exports
 from wit_world.imports import http
 
@@ -33,84 +34,11 @@ STORE = "default"
 # An id is the conversation's only key: `new_id` makes unguessable ones (64 random bits).
 CONVERSATION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
-PAGE = """<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>llmhost chat</title>
-<style>
-  body { font-family: sans-serif; max-width: 40em; margin: 2em auto; }
-  #log p { white-space: pre-wrap; } .user { font-weight: bold; } .status { color: #777; font-size: small; }
-  #message { width: 30em; }
-</style>
-</head>
-<body>
-<h1>llmhost chat</h1>
-<div id="log"></div>
-<form id="form">
-  <input id="message" autocomplete="off" placeholder="Say something"> <button id="send">Send</button>
-  <button id="new" type="button">New conversation</button>
-</form>
-<script>
-const form = document.getElementById("form"), input = document.getElementById("message");
-const log = document.getElementById("log");
-let conversation = null;  // the id the server gave this conversation (its first event)
-
-function add(cls, text) {
-  const p = document.createElement("p");
-  p.className = cls;
-  p.textContent = text;
-  log.append(p);
-  return p;
-}
-
-document.getElementById("new").addEventListener("click", () => { conversation = null; log.textContent = ""; });
-
-form.addEventListener("submit", async (event) => {
-  event.preventDefault();
-  const message = input.value;
-  input.value = "";
-  add("user", message);
-  const reply = add("reply", ""), status = add("status", "...");
-  const body = conversation ? {message, conversation} : {message};
-  const response = await fetch("chat", {
-    method: "POST", headers: {"content-type": "application/json"}, body: JSON.stringify(body),
-  });
-  if (!response.ok) { status.textContent = `error: ${(await response.json()).error}`; return; }
-  const reader = response.body.getReader(), decoder = new TextDecoder();
-  let buffer = "";
-  for (;;) {
-    const {value, done} = await reader.read();
-    if (done) break;
-    buffer += decoder.decode(value, {stream: true});
-    let end;
-    while ((end = buffer.indexOf("\\n\\n")) >= 0) {
-      const event = buffer.slice(0, end);
-      buffer = buffer.slice(end + 2);
-      const name = (event.match(/^event: (.*)$/m) || [null, "message"])[1];
-      const data = JSON.parse((event.match(/^data: (.*)$/m) || [null, "{}"])[1]);
-      if (name === "conversation") conversation = data.id;
-      else if (name === "done") {
-        status.textContent = `finish: ${data.finish_reason}, tokens: ${data.usage.completion_tokens}`;
-      }
-      else if (name === "error") status.textContent = `error: ${data.message}`;
-      else reply.textContent += data.text;
-    }
-  }
-});
-</script>
-</body>
-</html>
-"""
+PAGE = chat_page(conversations=True)
 
 
 def reply(status, value):
     return http.Response(status=status, headers=[("content-type", "application/json")], body=json.dumps(value).encode())
-
-
-def sse(writer, event, data):
-    head = f"event: {event}\n" if event else ""
-    writer.write(f"{head}data: {json.dumps(data)}\n\n".encode())
 
 
 def key(conversation):
@@ -203,11 +131,10 @@ def conversation_resource(request, conversation):
 
 class Handler(exports.Handler):
     def handle(self, request, writer):
+        answer = chat_routes(request, writer, PAGE, chat)  # GET / (the page) and POST /chat
+        if answer is not None:
+            return answer
         path = request.path_with_query.split("?", 1)[0]
-        if request.method == "GET" and path == "/":
-            return http.Response(status=200, headers=[("content-type", "text/html; charset=utf-8")], body=PAGE.encode())
-        if request.method == "POST" and path == "/chat":
-            return chat(request, writer)
         if request.method in ("GET", "DELETE") and path.startswith("/conversations/"):
             return conversation_resource(request, path.removeprefix("/conversations/"))
         return reply(404, {"error": "not found"})

@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
@@ -27,7 +27,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from llmhost.domain.types import StreamDone
 from llmhost.telemetry import genai
-from llmhost.telemetry.span import TRACE_FIELDS, ModelWork, Span
+from llmhost.telemetry.span import TRACE_FIELDS, Attributes, Headers, ModelWork, Span
 
 T = TypeVar("T")
 
@@ -76,13 +76,7 @@ class OtelTracer:
         self._provider.shutdown()  # sends what the batch still holds
 
     @contextlib.contextmanager
-    def span(
-        self,
-        name: str,
-        attributes: dict[str, Any] | None,
-        server: bool = False,
-        carrier: Sequence[tuple[str, str]] = (),
-    ) -> Iterator[Span]:
+    def span(self, name: str, attributes: Attributes, server: bool = False, carrier: Headers = ()) -> Iterator[Span]:
         kind = SpanKind.SERVER if server else SpanKind.INTERNAL
         with self._tracer.start_as_current_span(
             name, self._parent(carrier), kind, attributes, record_exception=False, set_status_on_exception=False
@@ -93,14 +87,14 @@ class OtelTracer:
                 _failed(raw, error)
                 raise
 
-    def _parent(self, carrier: Sequence[tuple[str, str]]) -> otel_context.Context | None:
+    def _parent(self, carrier: Headers) -> otel_context.Context | None:
         """The caller's context from its `traceparent` (and `tracestate`); None (the current one): none sent, and
         an invalid one starts a new trace."""
         fields = {name.lower(): value for name, value in carrier if name.lower() in TRACE_FIELDS}
         return self._propagator.extract(fields) if fields else None
 
     def server_span(
-        self, method: str, path: str, headers: Sequence[tuple[str, str]], attributes: dict[str, Any] | None
+        self, method: str, path: str, headers: Headers, attributes: Attributes
     ) -> contextlib.AbstractContextManager[Span]:
         fields = {"http.request.method": method, "url.path": path.split("?", 1)[0], **(attributes or {})}
         return self.span(method, fields, True, headers)

@@ -24,6 +24,8 @@ class Span:
 
 
 NOOP_SPAN = Span()
+Attributes = dict[str, Any] | None
+Headers = Sequence[tuple[str, str]]  # (name, value) pairs: HTTP headers, or an MCP request's trace fields
 TRACE_FIELDS = ("traceparent", "tracestate")  # W3C trace context: HTTP headers, or an MCP request's `_meta`
 
 
@@ -41,15 +43,11 @@ class ModelWork:
 
 class Tracer(Protocol):
     def span(
-        self,
-        name: str,
-        attributes: dict[str, Any] | None,
-        server: bool = False,
-        carrier: Sequence[tuple[str, str]] = (),
+        self, name: str, attributes: Attributes, server: bool = False, carrier: Headers = ()
     ) -> contextlib.AbstractContextManager[Span]: ...
 
     def server_span(
-        self, method: str, path: str, headers: Sequence[tuple[str, str]], attributes: dict[str, Any] | None
+        self, method: str, path: str, headers: Headers, attributes: Attributes
     ) -> contextlib.AbstractContextManager[Span]: ...
 
     def capture(self) -> object: ...
