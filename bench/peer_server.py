@@ -51,6 +51,11 @@ ROUNDS = 5
 # streams the queue for a slot stays full (one request each would measure two waves and the gap between them).
 REQUESTS_PER_CLIENT = {1: 6, 8: 3, 16: 3}
 QUICK_REQUESTS_PER_CLIENT = {1: 2, 8: 1, 16: 1}
+# The latency split: one client, `SPLIT_REQUESTS` 1-token and as many TOKENS-token completions per server and round.
+# The difference of the medians, over TOKENS - 1, is a decode step's time; the 1-token latency is the request's own
+# cost (HTTP, the guest, the prompt). Medians of many short requests: steadier than a throughput ratio at 1 stream.
+SPLIT_REQUESTS = 8
+SPLIT_ROUNDS = 3
 START_TIMEOUT_S = 180
 
 
@@ -130,6 +135,29 @@ def measure(ports: dict[str, int], rounds: int, quick: bool) -> dict[int, dict[s
     return rates
 
 
+def latency_split(ports: dict[str, int], rounds: int) -> dict[str, tuple[float, float]]:
+    """Per server: (median 1-token completion latency, a decode step's time), in ms, interleaved rounds."""
+    times: dict[tuple[str, int], list[tuple[float, int]]] = {}
+    for r in range(rounds + 1):  # a warm-up round first
+        order = list(ports.items())
+        for name, port in order if r % 2 else order[::-1]:
+            for tokens in (1, TOKENS):
+                for k in range(SPLIT_REQUESTS):
+                    prompt = f"split r{r} {tokens}.{k}: Once upon a time,"
+                    body = {"model": MODEL, "prompt": prompt, "max_tokens": tokens, "temperature": 0}
+                    started = time.perf_counter()
+                    generated = completion_tokens(port, body)
+                    if r:
+                        times.setdefault((name, tokens), []).append((time.perf_counter() - started, generated))
+    split = {}
+    for name in ports:
+        one = statistics.median(elapsed for elapsed, _ in times[(name, 1)])
+        # Each long request's steps: an early end (fewer tokens) counts as the steps it ran.
+        steps = [(elapsed - one) / (n - 1) for elapsed, n in times[(name, TOKENS)] if n > 1]
+        split[name] = (1000 * one, 1000 * statistics.median(steps))
+    return split
+
+
 def run(cache_dir: Path | None = None, rounds: int = ROUNDS, quick: bool = False, repack: bool = False) -> list[str]:
     """The section's lines (heading first)."""
     cache_dir = cache_dir or HostConfig().cache_dir
@@ -142,7 +170,9 @@ def run(cache_dir: Path | None = None, rounds: int = ROUNDS, quick: bool = False
         servers.append(llmhost)
         peer, peer_port = start_peer(binary, gguf, repack)
         servers.append(peer)
-        rates = measure({"llmhost": llmhost_port, "llama-server": peer_port}, rounds, quick)
+        ports = {"llmhost": llmhost_port, "llama-server": peer_port}
+        rates = measure(ports, rounds, quick)
+        split = latency_split(ports, 1 if quick else SPLIT_ROUNDS)
     finally:
         for process in servers:
             process.send_signal(signal.SIGTERM)
@@ -178,6 +208,15 @@ def run(cache_dir: Path | None = None, rounds: int = ROUNDS, quick: bool = False
         "| streams | llmhost tok/s | llama-server tok/s | llmhost ÷ llama-server | rounds' range |",
         "| ---: | ---: | ---: | ---: | ---: |",
         *rows,
+        "",
+        f"One stream, split (one client; {SPLIT_REQUESTS} requests of 1 and of {TOKENS} tokens per server in each of "
+        f"{1 if quick else SPLIT_ROUNDS} interleaved rounds; medians): a request's own latency (a 1-token "
+        f"completion: HTTP, the guest or the server's handler, a short prompt) and a decode step's time "
+        f"(({TOKENS}-token latency − 1-token latency) ÷ {TOKENS - 1}).",
+        "",
+        "| server | 1-token completion, ms | decode step, ms |",
+        "| --- | ---: | ---: |",
+        *(f"| {name} | {one:.1f} | {step:.2f} |" for name, (one, step) in split.items()),
         "",
     ]
 
