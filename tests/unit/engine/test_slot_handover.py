@@ -28,6 +28,19 @@ def _prompts_without_early_end(decoder: Any, count: int, tokens: int) -> list[st
     raise AssertionError("no prompts without an early end")
 
 
+def _mark_last_token(stream: Any, decoder: Any, marks: dict[str, int], key: str) -> None:
+    """Record in `marks[key]` the decodes run when `stream`'s generation takes its last token."""
+    take = stream.take
+
+    def last_taken(*args: Any) -> bool:
+        is_last: bool = take(*args)
+        if is_last:
+            marks.setdefault(key, decoder.decodes)
+        return is_last
+
+    stream.take = last_taken
+
+
 def _read(stream: Any, into: list[str]) -> threading.Thread:
     thread = threading.Thread(target=lambda: into.extend(e.text for e in stream if isinstance(e, StreamChunk)))
     thread.start()
@@ -54,15 +67,7 @@ def test_a_queued_generation_is_admitted_in_the_step_that_frees_its_slot() -> No
         }
         first, second = eng.stream(MODEL, short, params[short]), eng.stream(MODEL, long, params[long])
         heads = [next(first), next(second)]  # both admitted, one step each: every slot is busy
-        take = first.take
-
-        def last_taken(*args: Any, take: Any = take, marks: dict[str, int] = marks) -> bool:
-            is_last: bool = take(*args)
-            if is_last:
-                marks.setdefault("short's last token", decoder.decodes)
-            return is_last
-
-        first.take = last_taken  # type: ignore[method-assign]
+        _mark_last_token(first, decoder, marks, "short's last token")
         third = eng.stream(MODEL, queued, params[queued])
         start = third.start
 
@@ -113,15 +118,7 @@ def test_the_reader_of_a_generation_that_ends_inside_a_burst_is_woken_then_after
         marks: dict[str, int] = {}
         first = eng.stream(MODEL, short, GREEDY.model_copy(update={"max_tokens": short_tokens}))
         longer = [eng.stream(MODEL, p, GREEDY.model_copy(update={"max_tokens": 60})) for p in (long, other)]
-        take = first.take
-
-        def last_taken(*args: Any, take: Any = take, marks: dict[str, int] = marks) -> bool:
-            is_last: bool = take(*args)
-            if is_last:
-                marks.setdefault("last token", decoder.decodes)
-            return is_last
-
-        first.take = last_taken  # type: ignore[method-assign]
+        _mark_last_token(first, decoder, marks, "last token")
         wakes: list[tuple[int, bool]] = []
         first._ready = _Watched(first._ready, decoder, first, wakes)  # type: ignore[attr-defined]
         events: list[Any] = []
