@@ -16,6 +16,7 @@ import pytest
 
 from llmhost import App, Host, InferencingParams, build_component
 from llmhost.config import HostConfig, KeyValueStoreConfig, SandboxConfig
+from llmhost.engine.status import model_statuses
 from outbound_servers import TestServer, serving
 
 from .conftest import MINILM, SMOL, Probe
@@ -124,6 +125,14 @@ def test_infer_streams_chat_and_embed_equal_the_host_api(js_sdk: App, real_host:
     assert got["embed"]["first"] == pytest.approx(vectors.embeddings[0][:4], abs=1e-6)
     assert got["embed"]["usage"]["promptTokens"] == vectors.prompt_token_count
     assert got["kind"] == "instruct" and got["info"]["name"] == SMOL and got["info"]["contextLength"] > 0
+    # Right after those calls the model is loaded and idle: the SDK's record is the host's own status, in seconds.
+    (host_status,) = [s for s in model_statuses(real_host.engine) if s.name == SMOL]
+    status = got["status"]
+    assert (status["state"], status["loaded"]) == ("loaded", True) and status["inUse"] == 0
+    assert status["memoryBytes"] == host_status.memory_bytes > 0
+    assert status["keepAliveS"] == host_status.keep_alive_s
+    assert 0 <= status["idleS"] <= host_status.idle_s  # type: ignore[operator]
+    assert status["unloadInS"] == pytest.approx(status["keepAliveS"] - status["idleS"], abs=0.002)
 
 
 def test_config_http_and_kv_equal_the_python_sdks(platform: dict[str, App], server: TestServer) -> None:

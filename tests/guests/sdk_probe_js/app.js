@@ -4,7 +4,8 @@
 //   config NAME, fetch METHOD URL BODY, kv STORE KEY N   as tests/guests/platform_probe/app.py: one JSON value, a
 //                                                   failure {"error": KIND}
 //   basics MODEL PROMPT N                           infer / inferStream (iterator and callback) / chat / chatStream /
-//                                                   tokenize / embed, compared with the Python host API
+//                                                   tokenize / embed / listModelStatus, compared with the Python
+//                                                   host API
 //   refusals                                        the SDK's own input checks (no host call): error classes and kinds
 //   ranges MODEL                                    integers out of their WIT type's range through the SDK: what
 //                                                   each throws (null: nothing thrown)
@@ -109,6 +110,7 @@ function opBasics(model, prompt, count) {
     embed: { count: vectors.length, dims: vectors[0].length, usage: vectors.usage, first: vectors[0].slice(0, 4) },
     kind: llm.modelKind(model),
     info: llm.modelInfo(model),
+    status: llm.listModelStatus().find((s) => s.name === model),
   };
 }
 
